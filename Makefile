@@ -1,0 +1,61 @@
+# ddpjob-operator — run `make help` for the targets.
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+ROOT := $(abspath .)
+VENV := $(ROOT)/.venv
+PY := $(VENV)/bin/python
+export PATH := $(ROOT)/.cache/bin:$(VENV)/bin:$(PATH)
+KUBECONFIG_LOCAL := $(ROOT)/.local-cluster/kubeconfig
+NODES ?= 4
+GPUS_PER_NODE ?= 8
+PYTEST_ARGS ?=
+
+.PHONY: help setup tools cluster-up cluster-down cluster-status test test-unit test-integration test-trainer test-e2e test-chart test-chaos demo operator bench lint
+
+help: ## Show this help
+	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  \033[36m%-18s\033[0m %s\n", $$1, $$2}'
+
+setup: ## Create the venv, install Python deps and build the Go tools (idempotent)
+	@bash hack/setup.sh
+
+tools: ## Build the pinned kube-apiserver, controller-manager, scheduler, kubectl, etcd, kwok, helm into .cache/bin
+	@bash hack/build-tools.sh
+
+cluster-up: setup ## Start the local control plane with kwok GPU nodes (NODES=4 GPUS_PER_NODE=8)
+	@NODES=$(NODES) GPUS_PER_NODE=$(GPUS_PER_NODE) bash hack/cluster.sh up
+
+cluster-down: ## Stop exactly the processes cluster-up started and remove their state
+	@bash hack/cluster.sh down
+
+cluster-status: ## Show whether the local cluster is up
+	@bash hack/cluster.sh status
+
+operator: setup ## Run the operator in the foreground against $$KUBECONFIG (or the local cluster)
+	@bash hack/run-operator.sh
+
+test: setup ## Run the whole test suite (unit, trainer, integration, e2e, chart, chaos)
+	@$(PY) -m pytest tests $(PYTEST_ARGS)
+
+test-unit: setup ## Run only the pure unit tests (no cluster)
+	@$(PY) -m pytest tests/unit $(PYTEST_ARGS)
+
+test-integration: setup ## Run the operator tests against the local control plane
+	@$(PY) -m pytest tests/integration $(PYTEST_ARGS)
+
+test-trainer: setup ## Run the torchrun trainer tests on CPU (gloo)
+	@$(PY) -m pytest tests/trainer $(PYTEST_ARGS)
+
+test-e2e: setup ## Run whole jobs on the local cluster with the local node
+	@$(PY) -m pytest tests/e2e $(PYTEST_ARGS)
+
+test-chart: setup ## Run the Helm chart tests
+	@$(PY) -m pytest tests/chart $(PYTEST_ARGS)
+
+test-chaos: setup ## Run the fault-injection and fuzzing suites
+	@$(PY) -m pytest tests/chaos $(PYTEST_ARGS)
+
+demo: setup ## The main job: local cluster + operator + a 2x2 digits DDPJob with a mid-run kill
+	@bash hack/demo.sh
+
+bench: setup ## Run the benchmarks (not part of make test); results in bench/results
+	@bash bench/run.sh

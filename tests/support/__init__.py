@@ -1,0 +1,1 @@
+"""Shared test support: the local cluster, namespaces and small waiting helpers."""
