@@ -1,0 +1,30 @@
+"""Names shared with the trainer and the local node (README: "How the pieces fit"). Changing one breaks them."""
+
+GROUP = "ddpjob.dev"
+VERSION = "v1alpha1"
+PLURAL = "ddpjobs"
+KIND = "DDPJob"
+API_VERSION = f"{GROUP}/{VERSION}"
+
+LABEL_NAME = "app.kubernetes.io/name"
+LABEL_INSTANCE = "app.kubernetes.io/instance"
+LABEL_COMPONENT = "app.kubernetes.io/component"
+LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
+LABEL_JOB_NAME = "ddpjob.dev/job-name"
+LABEL_REPLICA_INDEX = "ddpjob.dev/replica-index"
+LABEL_ATTEMPT = "ddpjob.dev/restart-attempt"
+
+MANAGED_BY = "ddpjob-operator"
+TRAINER_CONTAINER = "trainer"
+GPU_RESOURCE = "nvidia.com/gpu"
+RENDEZVOUS_PORT_NAME = "rendezvous"
+METRICS_PORT_NAME = "metrics"
+TERMINATION_LOG = "/dev/termination-log"
+
+
+def worker_name(job: str, index: int) -> str:
+    return f"{job}-worker-{index}"
+
+
+def selector(job: str) -> str:
+    return f"{LABEL_JOB_NAME}={job}"

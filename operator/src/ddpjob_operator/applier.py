@@ -1,0 +1,137 @@
+"""Carries out a Plan with the kubernetes client, in the order the Plan documents. Every call is idempotent:
+deletions carry a uid precondition (never the pod of a newer attempt that reuses the name), and creations
+treat AlreadyExists as done."""
+
+from __future__ import annotations
+
+import copy
+import logging
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from . import api
+from .kube import REQUEST_TIMEOUT, reason_of, status_of
+from .plan import Observed, Plan
+from .timefmt import format_time
+
+log = logging.getLogger("ddpjob.applier")
+
+
+@dataclass
+class ApplyResult:
+    status_written: bool = False
+    conflict: bool = False
+    job_gone: bool = False
+    created_pods: int = 0
+    # (pod, HTTP status, message) of creations the API server refused for a reason other than AlreadyExists.
+    rejected: list[tuple[str, int, str]] = field(default_factory=list)
+
+
+class PlanApplier:
+    def __init__(self, api_client: client.ApiClient):
+        self.core = client.CoreV1Api(api_client)
+        self.custom = client.CustomObjectsApi(api_client)
+
+    def apply(self, obs: Observed, plan: Plan) -> ApplyResult:
+        meta = obs.job["metadata"]
+        ns, name = meta["namespace"], meta["name"]
+        result = ApplyResult()
+        uids = {p["metadata"]["name"]: p["metadata"]["uid"] for p in obs.pods}
+        for pod in plan.delete_pods:
+            self._delete_pod(ns, pod, uids.get(pod), grace=None)
+        for pod in plan.force_delete_pods:
+            self._delete_pod(ns, pod, uids.get(pod), grace=0)
+        if plan.create_service is not None:
+            self._create(lambda: self.core.create_namespaced_service(ns, plan.create_service,
+                                                                     _request_timeout=REQUEST_TIMEOUT))
+        for pod in plan.create_pods:
+            pod_name = pod["metadata"]["name"]
+            try:
+                if self._create(lambda: self.core.create_namespaced_pod(ns, pod, _request_timeout=REQUEST_TIMEOUT)):
+                    result.created_pods += 1
+                    log.info("created pod", extra={"job": f"{ns}/{name}", "pod": pod_name,
+                                                  "attempt": pod["metadata"]["labels"][api.LABEL_ATTEMPT]})
+            except ApiException as exc:
+                result.rejected.append((pod_name, status_of(exc), reason_of(exc)))
+        if result.rejected:
+            return result  # the status must not claim pods that do not exist
+        if plan.status is not None:
+            written = self.write_status(obs.job, plan.status, result)
+            if not written:
+                return result
+        self.post_events(obs.job, plan, obs.now)
+        if plan.delete_job:
+            self._delete_job(ns, name, meta["uid"], result)
+        return result
+
+    def write_status(self, job: dict, status: dict, result: ApplyResult) -> bool:
+        meta = job["metadata"]
+        new = copy.deepcopy(job)
+        new["status"] = status
+        try:
+            # PUT with the resourceVersion we read: a concurrent change (a spec edit, another writer) makes this
+            # a 409 and the pass is simply re-run on fresh state.
+            self.custom.replace_namespaced_custom_object_status(
+                api.GROUP, api.VERSION, meta["namespace"], api.PLURAL, meta["name"], new,
+                _request_timeout=REQUEST_TIMEOUT)
+        except ApiException as exc:
+            if status_of(exc) == 409:
+                result.conflict = True
+                return False
+            if status_of(exc) == 404:
+                result.job_gone = True
+                return False
+            raise
+        result.status_written = True
+        return True
+
+    def post_events(self, job: dict, plan: Plan, now: datetime) -> None:
+        meta = job["metadata"]
+        for event in plan.events:
+            body = {
+                "metadata": {"generateName": f"{meta['name']}.", "namespace": meta["namespace"]},
+                "involvedObject": {"apiVersion": api.API_VERSION, "kind": api.KIND, "name": meta["name"],
+                                   "namespace": meta["namespace"], "uid": meta["uid"]},
+                "type": event.type, "reason": event.reason, "message": event.message[:1024],
+                "firstTimestamp": format_time(now), "lastTimestamp": format_time(now), "count": 1,
+                "source": {"component": api.MANAGED_BY}, "reportingComponent": api.MANAGED_BY,
+            }
+            try:
+                self.core.create_namespaced_event(meta["namespace"], body, _request_timeout=REQUEST_TIMEOUT)
+            except ApiException as exc:
+                # Events are best effort: the status already says the same thing.
+                log.warning("could not post event %s: %s", event.reason, reason_of(exc),
+                            extra={"job": f"{meta['namespace']}/{meta['name']}"})
+
+    def _delete_pod(self, ns: str, pod: str, uid: str | None, grace: int | None) -> None:
+        options = client.V1DeleteOptions(grace_period_seconds=grace,
+                                         preconditions=client.V1Preconditions(uid=uid) if uid else None)
+        try:
+            self.core.delete_namespaced_pod(pod, ns, body=options, _request_timeout=REQUEST_TIMEOUT)
+            log.info("force-deleted pod" if grace == 0 else "deleted pod", extra={"job": ns, "pod": pod})
+        except ApiException as exc:
+            if status_of(exc) not in (404, 409):  # gone already, or the name now belongs to a newer pod
+                raise
+
+    def _delete_job(self, ns: str, name: str, uid: str, result: ApplyResult) -> None:
+        options = client.V1DeleteOptions(propagation_policy="Background", preconditions=client.V1Preconditions(uid=uid))
+        try:
+            self.custom.delete_namespaced_custom_object(api.GROUP, api.VERSION, ns, api.PLURAL, name, body=options,
+                                                        _request_timeout=REQUEST_TIMEOUT)
+            result.job_gone = True
+        except ApiException as exc:
+            if status_of(exc) not in (404, 409):
+                raise
+
+    @staticmethod
+    def _create(call) -> bool:
+        try:
+            call()
+            return True
+        except ApiException as exc:
+            if status_of(exc) == 409:
+                return False
+            raise

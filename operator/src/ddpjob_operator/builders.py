@@ -1,0 +1,110 @@
+"""Manifests the operator creates: the headless Service and the worker pods. Pure functions of the job."""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+from typing import Any
+
+from . import api
+from .rendezvous import merge_env, rendezvous_env
+from .spec import JobSpec, trainer_container
+
+
+@dataclass(frozen=True)
+class JobRef:
+    name: str
+    namespace: str
+    uid: str
+
+
+def owner_reference(job: JobRef) -> dict[str, Any]:
+    # controller + blockOwnerDeletion: deleting the job cascades to its pods and Service through the garbage
+    # collector, so no finalizer is needed and nothing is stranded while the operator is down.
+    return {"apiVersion": api.API_VERSION, "kind": api.KIND, "name": job.name, "uid": job.uid,
+            "controller": True, "blockOwnerDeletion": True}
+
+
+def job_labels(job: str) -> dict[str, str]:
+    return {
+        api.LABEL_NAME: "ddpjob",
+        api.LABEL_INSTANCE: job,
+        api.LABEL_MANAGED_BY: api.MANAGED_BY,
+        api.LABEL_JOB_NAME: job,
+    }
+
+
+def build_service(job: JobRef, spec: JobSpec) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": job.name, "namespace": job.namespace, "labels": job_labels(job.name),
+                     "ownerReferences": [owner_reference(job)]},
+        "spec": {
+            "clusterIP": "None",
+            # Workers resolve worker-0 before it is Ready: the rendezvous is what makes them ready.
+            "publishNotReadyAddresses": True,
+            "selector": {api.LABEL_JOB_NAME: job.name, api.LABEL_COMPONENT: "worker"},
+            "ports": [{"name": api.RENDEZVOUS_PORT_NAME, "port": spec.rendezvous.port,
+                       "targetPort": spec.rendezvous.port, "protocol": "TCP"}],
+        },
+    }
+
+
+def worker_labels(job: str, index: int, attempt: int) -> dict[str, str]:
+    return {**job_labels(job), api.LABEL_COMPONENT: "worker", api.LABEL_REPLICA_INDEX: str(index),
+            api.LABEL_ATTEMPT: str(attempt)}
+
+
+def build_worker_pod(job: JobRef, spec: JobSpec, *, index: int, attempt: int, restarts: int) -> dict[str, Any]:
+    template = copy.deepcopy(spec.template)
+    meta = template.get("metadata") or {}
+    pod_spec = template.get("spec") or {}
+    name = api.worker_name(job.name, index)
+    pod_spec["restartPolicy"] = "Never"
+    pod_spec["hostname"] = name
+    pod_spec["subdomain"] = job.name
+    # Trainers need no API access; a user who wants it says so in the template.
+    pod_spec.setdefault("automountServiceAccountToken", False)
+    container = trainer_container(pod_spec.get("containers", []))
+    if container is not None:
+        _shape_trainer(container, job, spec, index=index, attempt=attempt, restarts=restarts)
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "namespace": job.namespace,
+            # The operator's labels win over the template's: they are how pods are found and counted.
+            "labels": {**(meta.get("labels") or {}), **worker_labels(job.name, index, attempt)},
+            "annotations": dict(meta.get("annotations") or {}),
+            "ownerReferences": [owner_reference(job)],
+        },
+        "spec": pod_spec,
+    }
+
+
+def _shape_trainer(container: dict, job: JobRef, spec: JobSpec, *, index: int, attempt: int, restarts: int):
+    owned = rendezvous_env(job=job.name, namespace=job.namespace, job_uid=job.uid, spec=spec, index=index,
+                           attempt=attempt, restarts=restarts)
+    container["env"] = merge_env(container.get("env") or [], owned)
+    container["terminationMessagePolicy"] = "FallbackToLogsOnError"
+    resources = container.setdefault("resources", {})
+    limits = resources.setdefault("limits", {})
+    requests = resources.setdefault("requests", {})
+    if spec.gpus_per_replica is not None:
+        if spec.gpus_per_replica > 0:
+            limits[api.GPU_RESOURCE] = requests[api.GPU_RESOURCE] = str(spec.gpus_per_replica)
+        else:
+            limits.pop(api.GPU_RESOURCE, None)
+            requests.pop(api.GPU_RESOURCE, None)
+    elif api.GPU_RESOURCE in limits:
+        # Extended resources must have request == limit; mirroring avoids a rejected pod.
+        requests[api.GPU_RESOURCE] = str(limits[api.GPU_RESOURCE])
+    for key in ("limits", "requests"):
+        if not resources[key]:
+            del resources[key]
+    ports = container.setdefault("ports", [])
+    if not any(p.get("name") == api.RENDEZVOUS_PORT_NAME or p.get("containerPort") == spec.rendezvous.port
+               for p in ports):
+        ports.append({"name": api.RENDEZVOUS_PORT_NAME, "containerPort": spec.rendezvous.port, "protocol": "TCP"})

@@ -1,0 +1,139 @@
+"""What counts as a failed pod of the current attempt, and what kind of failure it is."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from .spec import trainer_container
+from .timefmt import parse_time
+
+EXIT_CODE = "ExitCode"
+SIGNAL = "Signal"
+EVICTED = "Evicted"
+DELETED = "Deleted"
+NODE_LOST = "NodeLost"
+UNKNOWN = "Unknown"
+
+MESSAGE_LIMIT = 1024
+
+
+@dataclass(frozen=True)
+class Failure:
+    pod: str
+    kind: str
+    exit_code: int | None = None
+    reason: str = ""
+    message: str = ""
+    at: datetime | None = None
+
+    def describe(self) -> str:
+        what = {
+            EXIT_CODE: f"exited with code {self.exit_code}",
+            SIGNAL: f"was killed by a signal (exit code {self.exit_code})",
+            EVICTED: "was evicted",
+            DELETED: "was deleted",
+            NODE_LOST: "lost its node",
+        }.get(self.kind, "failed")
+        text = f"pod {self.pod} {what}"
+        if self.reason:
+            text += f" ({self.reason})"
+        if self.message:
+            text += f": {self.message}"
+        return text
+
+
+def node_ready(node: dict[str, Any] | None) -> tuple[bool, datetime | None]:
+    """(ready, since when not ready). A missing node is not ready since an unknown time."""
+    if node is None:
+        return False, None
+    for cond in node.get("status", {}).get("conditions") or []:
+        if cond.get("type") == "Ready":
+            return cond.get("status") == "True", parse_time(cond.get("lastTransitionTime"))
+    return False, None
+
+
+def node_lost(pod: dict[str, Any], nodes: dict[str, dict], now: datetime, grace_seconds: float) -> bool:
+    node_name = pod.get("spec", {}).get("nodeName")
+    if not node_name:
+        return False
+    if node_name not in nodes:
+        return True
+    ready, since = node_ready(nodes[node_name])
+    if ready:
+        return False
+    return since is None or (now - since).total_seconds() >= grace_seconds
+
+
+def classify_pod_failure(pod: dict[str, Any], nodes: dict[str, dict], now: datetime,
+                         node_lost_grace_seconds: float) -> Failure | None:
+    """The pod's failure, or None while it is pending, running or succeeded on a healthy node."""
+    name = pod["metadata"]["name"]
+    status = pod.get("status") or {}
+    phase = status.get("phase")
+    if phase == "Succeeded":
+        return None
+    if pod["metadata"].get("deletionTimestamp"):
+        # The operator never deletes pods of the current attempt, so someone else did.
+        return Failure(pod=name, kind=DELETED, reason="Terminating", at=now)
+    if phase == "Failed":
+        return _terminated_failure(pod, now)
+    if phase == "Unknown" or node_lost(pod, nodes, now, node_lost_grace_seconds):
+        node = pod.get("spec", {}).get("nodeName", "")
+        return Failure(pod=name, kind=NODE_LOST, reason="NodeNotReady",
+                       message=f"node {node} is not Ready", at=now)
+    return None
+
+
+def _terminated_failure(pod: dict[str, Any], now: datetime) -> Failure:
+    name = pod["metadata"]["name"]
+    status = pod.get("status") or {}
+    if status.get("reason") == "Evicted" or _disrupted(status):
+        return Failure(pod=name, kind=EVICTED, reason=status.get("reason") or "Evicted",
+                       message=_trim(status.get("message", "")), at=now)
+    terminated = _trainer_terminated(pod)
+    if terminated is None:
+        return Failure(pod=name, kind=UNKNOWN, reason=status.get("reason", ""),
+                       message=_trim(status.get("message", "")), at=now)
+    code = terminated.get("exitCode")
+    kind = SIGNAL if terminated.get("signal") or (code is not None and code >= 128) else EXIT_CODE
+    return Failure(pod=name, kind=kind, exit_code=code, reason=terminated.get("reason", ""),
+                   message=_trim(terminated.get("message", "")),
+                   at=parse_time(terminated.get("finishedAt")) or now)
+
+
+def _disrupted(status: dict[str, Any]) -> bool:
+    return any(c.get("type") == "DisruptionTarget" and c.get("status") == "True"
+               for c in status.get("conditions") or [])
+
+
+def _trainer_terminated(pod: dict[str, Any]) -> dict[str, Any] | None:
+    container = trainer_container(pod.get("spec", {}).get("containers", [])) or {}
+    statuses = pod.get("status", {}).get("containerStatuses") or []
+    ordered = sorted(statuses, key=lambda s: s.get("name") != container.get("name"))
+    for cs in ordered:
+        terminated = (cs.get("state") or {}).get("terminated")
+        if terminated and terminated.get("exitCode", 0) != 0:
+            return terminated
+    for cs in ordered:
+        terminated = (cs.get("state") or {}).get("terminated")
+        if terminated:
+            return terminated
+    return None
+
+
+def _trim(text: str) -> str:
+    text = (text or "").strip()
+    return text if len(text) <= MESSAGE_LIMIT else text[: MESSAGE_LIMIT - 3] + "..."
+
+
+def root_cause(failures: list[Failure]) -> Failure:
+    """The earliest failure: later ones are usually peers noticing that a rank died."""
+    return min(failures, key=lambda f: (f.at.timestamp() if f.at else float("inf"), _index(f.pod)))
+
+
+def _index(pod: str) -> int:
+    tail = pod.rsplit("-", 1)[-1]
+    return int(tail) if tail.isdigit() else 0
+

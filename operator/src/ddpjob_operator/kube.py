@@ -1,0 +1,38 @@
+"""The kubernetes client, configured from $KUBECONFIG or the in-cluster service account."""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+from kubernetes import client, config
+from kubernetes.client.exceptions import ApiException
+
+REQUEST_TIMEOUT = (5, 20)  # connect, read: a hung apiserver must not hang a worker forever
+
+
+def api_client(pool_size: int = 8) -> client.ApiClient:
+    cfg = client.Configuration()
+    if os.environ.get("KUBERNETES_SERVICE_HOST") and not os.environ.get("KUBECONFIG"):
+        config.load_incluster_config(client_configuration=cfg)
+    else:
+        config.load_kube_config(client_configuration=cfg)
+    cfg.connection_pool_maxsize = pool_size
+    return client.ApiClient(configuration=cfg)
+
+
+def body(response: Any) -> dict[str, Any]:
+    """Decode a response read with _preload_content=False (plain dicts, no model round-trip)."""
+    return json.loads(response.data)
+
+
+def status_of(exc: ApiException) -> int:
+    return int(getattr(exc, "status", 0) or 0)
+
+
+def reason_of(exc: ApiException) -> str:
+    try:
+        return json.loads(exc.body).get("message", "") or str(exc.reason)
+    except (TypeError, ValueError):
+        return str(exc.reason)

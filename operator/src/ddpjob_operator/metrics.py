@@ -1,0 +1,69 @@
+"""The operator's Prometheus series (the Helm chart's alerts and dashboard use these exact names)."""
+
+from __future__ import annotations
+
+from prometheus_client import Counter, Gauge, Histogram, start_http_server
+
+from .plan import Observation
+
+JOBS_CREATED = Counter("ddpjob_jobs_created_total", "DDPJobs the operator started managing")
+JOBS_SUCCEEDED = Counter("ddpjob_jobs_succeeded_total", "DDPJobs that Succeeded")
+JOBS_FAILED = Counter("ddpjob_jobs_failed_total", "DDPJobs that Failed")
+GROUP_RESTARTS = Counter("ddpjob_group_restarts_total", "Whole-group restarts, by reason", ["reason"])
+PODS_CREATED = Counter("ddpjob_pods_created_total", "Worker pods created")
+JOBS = Gauge("ddpjob_jobs", "DDPJobs by phase", ["phase"])
+RECONCILE_SECONDS = Histogram("ddpjob_reconcile_duration_seconds", "Duration of one reconcile pass",
+                              buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10))
+TIME_TO_ALL_RUNNING = Histogram("ddpjob_time_to_all_running_seconds",
+                                "From job creation to all pods of its first attempt Running",
+                                buckets=(0.5, 1, 2, 5, 10, 30, 60, 120, 300, 600, 1800))
+RECOVERY_SECONDS = Histogram("ddpjob_recovery_duration_seconds",
+                             "From a failure (or rescale) seen to all pods of the new attempt Running",
+                             buckets=(0.5, 1, 2, 5, 10, 30, 60, 120, 300, 600, 1800))
+
+PHASES = ("Pending", "Running", "Restarting", "Succeeded", "Failed", "Suspended")
+
+
+def record(observation: Observation) -> None:
+    labels = dict(observation.labels)
+    match observation.metric:
+        case "jobs_created":
+            JOBS_CREATED.inc(observation.value)
+        case "jobs_succeeded":
+            JOBS_SUCCEEDED.inc(observation.value)
+        case "jobs_failed":
+            JOBS_FAILED.inc(observation.value)
+        case "group_restarts":
+            GROUP_RESTARTS.labels(reason=labels.get("reason", "Unknown")).inc(observation.value)
+        case "pods_created":
+            PODS_CREATED.inc(observation.value)
+        case "time_to_all_running":
+            TIME_TO_ALL_RUNNING.observe(observation.value)
+        case "recovery_duration":
+            RECOVERY_SECONDS.observe(observation.value)
+        case other:
+            raise ValueError(f"unknown metric observation {other!r}")
+
+
+class PhaseGauge:
+    """Phase of every job this process has seen; a pass reports it, a deletion forgets it."""
+
+    def __init__(self):
+        self._phases: dict[tuple[str, str], str] = {}
+        for phase in PHASES:
+            JOBS.labels(phase=phase).set(0)
+
+    def set(self, key: tuple[str, str], phase: str | None) -> None:
+        if phase is None:
+            self._phases.pop(key, None)
+        else:
+            self._phases[key] = phase
+        counts = {p: 0 for p in PHASES}
+        for value in self._phases.values():
+            counts[value] = counts.get(value, 0) + 1
+        for phase, count in counts.items():
+            JOBS.labels(phase=phase).set(count)
+
+
+def serve(port: int) -> None:
+    start_http_server(port)

@@ -1,0 +1,58 @@
+"""What one reconcile pass decided to do. The planner fills it; the applier carries it out in a fixed order:
+deletions, Service, pod creations, the status write (once, with a resourceVersion precondition), then events
+and metric observations, which only go out once that write succeeded."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Observed:
+    """A fresh read of the cluster for one job."""
+    job: dict[str, Any]
+    pods: list[dict[str, Any]]
+    nodes: dict[str, dict[str, Any]]
+    service_exists: bool
+    now: datetime
+    progress: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class Event:
+    type: str  # Normal | Warning
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True)
+class Observation:
+    """A metric update that must happen at most once per transition, hence only after the status write."""
+    metric: str
+    value: float = 1.0
+    labels: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass
+class Plan:
+    delete_pods: list[str] = field(default_factory=list)
+    force_delete_pods: list[str] = field(default_factory=list)
+    create_service: dict[str, Any] | None = None
+    create_pods: list[dict[str, Any]] = field(default_factory=list)
+    status: dict[str, Any] | None = None  # None: nothing changed, write nothing
+    events: list[Event] = field(default_factory=list)
+    observations: list[Observation] = field(default_factory=list)
+    delete_job: bool = False
+    requeue_after: float | None = None
+
+    def requeue(self, seconds: float) -> None:
+        seconds = max(0.0, seconds)
+        self.requeue_after = seconds if self.requeue_after is None else min(self.requeue_after, seconds)
+
+    def event(self, type_: str, reason: str, message: str) -> None:
+        self.events.append(Event(type_, reason, message))
+
+    def observe(self, metric: str, value: float = 1.0, **labels: str) -> None:
+        self.observations.append(Observation(metric, value, tuple(sorted(labels.items()))))

@@ -1,0 +1,367 @@
+"""The reconcile planner: (job, pods, nodes, now) -> Plan. Pure, and runs its steps in a fixed order (JobSet's):
+
+  1. sort pods (current attempt, earlier attempts) and initialise status;
+  2. finish: clean up and expire a terminal job;
+  3. delete pods of earlier attempts;
+  4. deadline, suspend/resume, rescale;
+  5. failure policy, then success policy;
+  6. create the headless Service and the missing pods of the current attempt;
+  7. readiness, phase and progress.
+
+Destructive actions follow only from state already written: a restart or a suspension first bumps
+status.attempt (one status write), and a later pass deletes the pods whose attempt label is older. Killing
+the operator between any two API calls therefore leaves nothing that the next pass cannot finish, and a pass
+that runs twice on the same state decides the same thing twice."""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from . import api
+from . import conditions as c
+from . import failures
+from .builders import JobRef, build_service, build_worker_pod
+from .plan import Observed, Plan
+from .restart_policy import RESTART, RestartBudget, backoff_seconds, decide_restart
+from .spec import JobSpec, parse_spec
+from .timefmt import format_time, parse_time
+
+NORMAL, WARNING = "Normal", "Warning"
+
+
+@dataclass(frozen=True)
+class PlannerSettings:
+    node_lost_grace_seconds: float = 30.0
+    # A pod of an earlier attempt still Terminating this long after its deletion deadline is force-deleted even
+    # if its node looks Ready: its kubelet is not doing its job (kubeflow #2072).
+    terminating_grace_seconds: float = 60.0
+
+
+@dataclass(frozen=True)
+class SortedPods:
+    current: dict[int, dict[str, Any]]
+    stale: list[dict[str, Any]]
+    by_name: dict[str, dict[str, Any]]
+
+
+def pod_attempt(pod: dict[str, Any]) -> int:
+    try:
+        return int(pod["metadata"].get("labels", {}).get(api.LABEL_ATTEMPT, "-1"))
+    except ValueError:
+        return -1
+
+
+def pod_index(pod: dict[str, Any]) -> int:
+    try:
+        return int(pod["metadata"].get("labels", {}).get(api.LABEL_REPLICA_INDEX, "-1"))
+    except ValueError:
+        return -1
+
+
+def sort_pods(pods: list[dict[str, Any]], attempt: int, replicas: int) -> SortedPods:
+    current: dict[int, dict[str, Any]] = {}
+    stale: list[dict[str, Any]] = []
+    for pod in pods:
+        index = pod_index(pod)
+        if pod_attempt(pod) == attempt and 0 <= index < replicas and index not in current:
+            current[index] = pod
+        else:
+            stale.append(pod)
+    return SortedPods(current, stale, {p["metadata"]["name"]: p for p in pods})
+
+
+def initial_status(job: str, spec: JobSpec) -> dict[str, Any]:
+    return {"phase": c.PENDING, "conditions": [], "attempt": 0, "restarts": 0, "replicas": spec.replicas,
+            "readyReplicas": 0, "readyText": f"0/{spec.replicas}", "selector": api.selector(job),
+            "worldSize": spec.replicas * spec.procs_per_pod}
+
+
+def plan_reconcile(obs: Observed, settings: PlannerSettings = PlannerSettings()) -> Plan:
+    job = obs.job
+    meta = job["metadata"]
+    ref = JobRef(meta["name"], meta["namespace"], meta["uid"])
+    spec = parse_spec(job.get("spec") or {})
+    plan = Plan()
+    old = job.get("status") or {}
+    status = copy.deepcopy(old)
+    if "attempt" not in status:
+        status = {**initial_status(ref.name, spec), **status}
+        plan.observe("jobs_created")
+    status["observedGeneration"] = meta.get("generation", 1)
+
+    status = _plan_steps(obs, settings, ref, spec, status, plan)
+    if status != old:
+        plan.status = status
+    return plan
+
+
+def _plan_steps(obs: Observed, settings: PlannerSettings, ref: JobRef, spec: JobSpec, status: dict[str, Any],
+                plan: Plan) -> dict[str, Any]:
+    attempt = status["attempt"]
+    pods = sort_pods(obs.pods, attempt, status["replicas"])
+
+    if c.is_terminal(status.get("phase")):
+        _finish(obs, spec, status, pods, plan)
+        return status
+    _delete_stale(obs, settings, pods, plan)
+
+    for step in (_deadline, _suspend_or_resume, _rescale):
+        new_status = step(obs, spec, status, plan)
+        if new_status is not None:
+            return new_status
+    if status.get("phase") == c.SUSPENDED:
+        return status
+
+    new_status = _failure_policy(obs, settings, spec, status, pods, plan)
+    if new_status is not None:
+        return new_status
+    new_status = _success_policy(obs, status, pods, plan)
+    if new_status is not None:
+        return new_status
+
+    if not obs.service_exists:
+        plan.create_service = build_service(ref, spec)
+    _create_missing(obs, ref, spec, status, pods, plan)
+    _readiness(obs, spec, status, pods, plan)
+    return status
+
+
+# --- 2. terminal ----------------------------------------------------------------------------------------------
+def _finish(obs: Observed, spec: JobSpec, status: dict[str, Any], pods: SortedPods, plan: Plan) -> None:
+    policy = spec.run_policy.clean_pod_policy
+    for pod in obs.pods:
+        if pod["metadata"].get("deletionTimestamp"):
+            continue
+        finished = (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
+        if pod in pods.stale or policy == "All" or (policy == "Running" and not finished):
+            plan.delete_pods.append(pod["metadata"]["name"])
+    running = sum(1 for p in pods.current.values() if _running(p))
+    status["readyReplicas"] = running
+    status["readyText"] = f"{running}/{status['replicas']}"
+    ttl = spec.run_policy.ttl_seconds_after_finished
+    finished_at = parse_time(status.get("completionTime"))
+    if ttl is not None and finished_at is not None:
+        left = (finished_at + timedelta(seconds=ttl) - obs.now).total_seconds()
+        if left <= 0:
+            plan.delete_job = True
+        else:
+            plan.requeue(left)
+
+
+# --- 3. earlier attempts --------------------------------------------------------------------------------------
+def _delete_stale(obs: Observed, settings: PlannerSettings, pods: SortedPods, plan: Plan) -> None:
+    for pod in pods.stale:
+        name = pod["metadata"]["name"]
+        deleting = parse_time(pod["metadata"].get("deletionTimestamp"))
+        if deleting is None:
+            plan.delete_pods.append(name)
+            continue
+        node = pod.get("spec", {}).get("nodeName")
+        node_down = not node or not failures.node_ready(obs.nodes.get(node))[0]
+        overdue = (obs.now - deleting).total_seconds() - settings.terminating_grace_seconds
+        # Nobody will confirm the deletion of a pod on a dead node: without this the job waits forever.
+        if node_down or overdue >= 0:
+            plan.force_delete_pods.append(name)
+        else:
+            plan.requeue(-overdue)
+
+
+# --- 4. deadline, suspend, rescale ----------------------------------------------------------------------------
+def _deadline(obs: Observed, spec: JobSpec, status: dict[str, Any], plan: Plan) -> dict[str, Any] | None:
+    limit = spec.run_policy.active_deadline_seconds
+    started = parse_time(status.get("startTime"))
+    if not limit or started is None or status.get("phase") == c.SUSPENDED:
+        return None
+    left = (started + timedelta(seconds=limit) - obs.now).total_seconds()
+    if left > 0:
+        plan.requeue(left)
+        return None
+    message = f"job ran longer than activeDeadlineSeconds ({limit}s)"
+    return _fail(obs, status, plan, "DeadlineExceeded", message)
+
+
+def _suspend_or_resume(obs: Observed, spec: JobSpec, status: dict[str, Any], plan: Plan) -> dict[str, Any] | None:
+    suspended = status.get("phase") == c.SUSPENDED
+    if spec.run_policy.suspend and not suspended:
+        # A new attempt number makes every existing pod "earlier", so the next pass deletes them all.
+        out = c.enter_phase(status, c.SUSPENDED, "Suspended", "job is suspended; its pods are deleted", obs.now)
+        out.update(attempt=status["attempt"] + 1, readyReplicas=0, replicas=spec.replicas,
+                   worldSize=spec.replicas * spec.procs_per_pod, readyText=f"0/{spec.replicas}")
+        for key in ("startTime", "nextAttemptTime", "restartingSince"):
+            out.pop(key, None)
+        plan.event(NORMAL, "Suspended", f"suspended; deleting the pods of attempt {status['attempt']}")
+        plan.requeue(0)
+        return out
+    if not spec.run_policy.suspend and suspended:
+        out = c.enter_phase(status, c.PENDING, "Resumed", "job resumed", obs.now)
+        out = {**out, "conditions": c.set_condition(out["conditions"], c.SUSPENDED, "False", "Resumed",
+                                                    "job resumed", obs.now)}
+        plan.event(NORMAL, "Resumed", f"resumed as attempt {status['attempt']}")
+        plan.requeue(0)
+        return out
+    if suspended and status.get("replicas") != spec.replicas:
+        status.update(replicas=spec.replicas, worldSize=spec.replicas * spec.procs_per_pod,
+                      readyText=f"0/{spec.replicas}")
+    return None
+
+
+def _rescale(obs: Observed, spec: JobSpec, status: dict[str, Any], plan: Plan) -> dict[str, Any] | None:
+    if status.get("phase") == c.SUSPENDED or status.get("replicas") == spec.replicas:
+        return None
+    message = f"replicas {status['replicas']} -> {spec.replicas}: restarting the group as attempt {status['attempt'] + 1}"
+    out = c.enter_phase(status, c.RESTARTING, "Rescaled", message, obs.now)
+    # A scale change is not a failure: attempt moves, restarts (the budget) does not.
+    out.update(attempt=status["attempt"] + 1, replicas=spec.replicas, readyReplicas=0,
+               worldSize=spec.replicas * spec.procs_per_pod, readyText=f"0/{spec.replicas}")
+    out.pop("nextAttemptTime", None)
+    out.setdefault("restartingSince", format_time(obs.now))
+    plan.event(NORMAL, "Rescaled", message)
+    plan.observe("group_restarts", reason="Rescaled")
+    plan.requeue(0)
+    return out
+
+
+# --- 5. failure and success -----------------------------------------------------------------------------------
+def current_failures(obs: Observed, settings: PlannerSettings, status: dict[str, Any], pods: SortedPods,
+                     plan: Plan) -> list[failures.Failure]:
+    found = []
+    for pod in pods.current.values():
+        failure = failures.classify_pod_failure(pod, obs.nodes, obs.now, settings.node_lost_grace_seconds)
+        if failure is not None:
+            found.append(failure)
+        else:
+            _requeue_for_node_grace(obs, settings, pod, plan)
+    if status.get("launchedAttempt") == status["attempt"]:
+        for index in range(status["replicas"]):
+            if index not in pods.current:
+                name = api.worker_name(obs.job["metadata"]["name"], index)
+                found.append(failures.Failure(pod=name, kind=failures.DELETED, reason="PodMissing",
+                                              message="the pod no longer exists", at=obs.now))
+    return found
+
+
+def _requeue_for_node_grace(obs: Observed, settings: PlannerSettings, pod: dict[str, Any], plan: Plan) -> None:
+    node = pod.get("spec", {}).get("nodeName")
+    if node and node in obs.nodes:
+        ready, since = failures.node_ready(obs.nodes[node])
+        if not ready and since is not None:
+            plan.requeue(settings.node_lost_grace_seconds - (obs.now - since).total_seconds())
+
+
+def _failure_policy(obs: Observed, settings: PlannerSettings, spec: JobSpec, status: dict[str, Any],
+                    pods: SortedPods, plan: Plan) -> dict[str, Any] | None:
+    found = current_failures(obs, settings, status, pods, plan)
+    if not found:
+        return None
+    cause = failures.root_cause(found)
+    budget = RestartBudget(limit=spec.run_policy.backoff_limit, used=status.get("restarts", 0))
+    decision = decide_restart(spec.restart_policy, cause, budget)
+    last_failure = {"pod": cause.pod, "kind": cause.kind, "reason": cause.reason, "message": cause.message,
+                    "time": format_time(cause.at or obs.now)}
+    if cause.exit_code is not None:
+        last_failure["exitCode"] = cause.exit_code
+    if decision.action != RESTART:
+        out = _fail(obs, status, plan, decision.reason, decision.message)
+        out["lastFailure"] = last_failure
+        return out
+    restarts = status.get("restarts", 0) + 1
+    out = c.enter_phase(status, c.RESTARTING, decision.reason, decision.message, obs.now)
+    delay = backoff_seconds(spec.run_policy.restart_backoff_seconds, restarts)
+    out.update(attempt=status["attempt"] + 1, restarts=restarts, lastFailure=last_failure, readyReplicas=0,
+               readyText=f"0/{status['replicas']}")
+    out.setdefault("restartingSince", format_time(obs.now))
+    if delay:
+        out["nextAttemptTime"] = format_time(obs.now + timedelta(seconds=delay))
+    else:
+        out.pop("nextAttemptTime", None)
+    plan.event(WARNING, "Restarting", decision.message)
+    plan.observe("group_restarts", reason=decision.reason)
+    plan.requeue(0)
+    return out
+
+
+def _fail(obs: Observed, status: dict[str, Any], plan: Plan, reason: str, message: str) -> dict[str, Any]:
+    out = c.enter_phase(status, c.FAILED, reason, message, obs.now)
+    out["completionTime"] = format_time(obs.now)
+    for key in ("nextAttemptTime", "restartingSince"):
+        out.pop(key, None)
+    plan.event(WARNING, reason, message)
+    plan.observe("jobs_failed")
+    plan.requeue(0)
+    return out
+
+
+def _success_policy(obs: Observed, status: dict[str, Any], pods: SortedPods, plan: Plan) -> dict[str, Any] | None:
+    replicas = status["replicas"]
+    done = [p for p in pods.current.values() if (p.get("status") or {}).get("phase") == "Succeeded"]
+    if len(done) < replicas:
+        return None
+    message = f"all {replicas} pods of attempt {status['attempt']} succeeded"
+    out = c.enter_phase(status, c.SUCCEEDED, "Succeeded", message, obs.now)
+    out.update(completionTime=format_time(obs.now), readyReplicas=0, readyText=f"0/{replicas}")
+    for key in ("nextAttemptTime", "restartingSince"):
+        out.pop(key, None)
+    plan.event(NORMAL, "Succeeded", message)
+    plan.observe("jobs_succeeded")
+    plan.requeue(0)
+    return out
+
+
+# --- 6. create ------------------------------------------------------------------------------------------------
+def _create_missing(obs: Observed, ref: JobRef, spec: JobSpec, status: dict[str, Any], pods: SortedPods,
+                    plan: Plan) -> None:
+    attempt, replicas = status["attempt"], status["replicas"]
+    missing = [i for i in range(replicas) if i not in pods.current]
+    if not missing:
+        status["launchedAttempt"] = attempt
+        return
+    not_before = parse_time(status.get("nextAttemptTime"))
+    if not_before is not None and obs.now < not_before:
+        plan.requeue((not_before - obs.now).total_seconds())
+        return
+    # Same names across attempts: wait until the earlier attempt's pod is gone (its deletion wakes us up).
+    free = [i for i in missing if api.worker_name(ref.name, i) not in pods.by_name]
+    for index in free:
+        plan.create_pods.append(build_worker_pod(ref, spec, index=index, attempt=attempt,
+                                                 restarts=status.get("restarts", 0)))
+    if len(free) < len(missing):
+        plan.requeue(1.0)
+        return
+    status["launchedAttempt"] = attempt
+    status.pop("nextAttemptTime", None)
+    status.setdefault("startTime", format_time(obs.now))
+    plan.event(NORMAL, "CreatedPods", f"created {len(free)} pods for attempt {attempt}: "
+               + ", ".join(api.worker_name(ref.name, i) for i in free))
+    plan.observe("pods_created", float(len(free)))
+
+
+# --- 7. readiness ---------------------------------------------------------------------------------------------
+def _running(pod: dict[str, Any]) -> bool:
+    return (pod.get("status") or {}).get("phase") == "Running" and not pod["metadata"].get("deletionTimestamp")
+
+
+def _readiness(obs: Observed, spec: JobSpec, status: dict[str, Any], pods: SortedPods, plan: Plan) -> None:
+    replicas = status["replicas"]
+    running = sum(1 for p in pods.current.values() if _running(p))
+    status.update(readyReplicas=running, readyText=f"{running}/{replicas}",
+                  worldSize=replicas * spec.procs_per_pod)
+    phase = status.get("phase")
+    if running == replicas and phase != c.RUNNING:
+        first_time = c.find_condition(status.get("conditions") or [], c.RUNNING) is None
+        message = f"all {replicas} pods of attempt {status['attempt']} are running"
+        status.update(c.enter_phase(status, c.RUNNING, "AllPodsRunning", message, obs.now))
+        plan.event(NORMAL, "Running", message)
+        created = parse_time(obs.job["metadata"].get("creationTimestamp"))
+        if first_time and created is not None:
+            plan.observe("time_to_all_running", (obs.now - created).total_seconds())
+        since = parse_time(status.pop("restartingSince", None))
+        if since is not None:
+            plan.observe("recovery_duration", (obs.now - since).total_seconds())
+    elif running < replicas and phase == c.RUNNING:
+        status.update(c.enter_phase(status, c.PENDING, "PodsNotRunning",
+                                    f"{running}/{replicas} pods running", obs.now))
+    if obs.progress and status.get("phase") == c.RUNNING:
+        status["progress"] = {**(status.get("progress") or {}), **obs.progress}

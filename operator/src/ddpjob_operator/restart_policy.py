@@ -1,0 +1,58 @@
+"""The failure policy: given a failure of the current attempt, restart the whole group or fail the job."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from . import failures as f
+
+RESTART = "Restart"
+FAIL = "Fail"
+
+BACKOFF_CAP_SECONDS = 300
+
+
+@dataclass(frozen=True)
+class RestartBudget:
+    """Whole-group restarts allowed (runPolicy.backoffLimit) and already used (status.restarts)."""
+    limit: int
+    used: int
+
+    @property
+    def exhausted(self) -> bool:
+        return self.used >= self.limit
+
+
+@dataclass(frozen=True)
+class RestartDecision:
+    action: str
+    reason: str
+    message: str
+
+
+def permanent_under_exit_code(failure: f.Failure) -> bool:
+    """ExitCode policy: 1-127 is the program's own verdict (a bug, bad config); 128+, signals and
+    infrastructure failures (eviction, deletion, a lost node) are worth retrying."""
+    return failure.kind == f.EXIT_CODE and failure.exit_code is not None and 1 <= failure.exit_code <= 127
+
+
+def decide_restart(policy: str, failure: f.Failure, budget: RestartBudget) -> RestartDecision:
+    cause = failure.describe()
+    if policy == "Never":
+        return RestartDecision(FAIL, "PodFailed", f"{cause}; restartPolicy is Never")
+    if policy == "ExitCode" and permanent_under_exit_code(failure):
+        return RestartDecision(FAIL, "PermanentExitCode",
+                               f"{cause}; exit codes 1-127 are permanent under restartPolicy ExitCode")
+    # ExitCode's retryable failures spend the same budget as OnFailure (kubeflow #2045 let them loop forever).
+    if budget.exhausted:
+        return RestartDecision(FAIL, "BackoffLimitExceeded",
+                               f"{cause}; backoffLimit {budget.limit} reached after {budget.used} restarts")
+    return RestartDecision(RESTART, failure.kind,
+                           f"{cause}; restarting the group ({budget.used + 1}/{budget.limit})")
+
+
+def backoff_seconds(base: int, restarts: int) -> int:
+    """Delay before the attempt that follows the restarts-th restart: base x 2^(restarts-1), capped."""
+    if base <= 0 or restarts <= 0:
+        return 0
+    return min(BACKOFF_CAP_SECONDS, base * 2 ** min(restarts - 1, 16))

@@ -1,0 +1,108 @@
+"""DDPJob spec as typed, defaulted values. The API server already applies the CRD's defaults; parsing them again
+here keeps the planner correct for objects written before a default existed and for unit tests' raw dicts."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from . import api
+
+RESTART_POLICIES = ("OnFailure", "ExitCode", "Never")
+CLEAN_POD_POLICIES = ("All", "Running", "None")
+
+
+@dataclass(frozen=True)
+class Elastic:
+    min_replicas: int
+    max_replicas: int
+    max_restarts: int = 0
+
+
+@dataclass(frozen=True)
+class RunPolicy:
+    backoff_limit: int = 3
+    active_deadline_seconds: int | None = None
+    ttl_seconds_after_finished: int | None = None
+    clean_pod_policy: str = "Running"
+    suspend: bool = False
+    restart_backoff_seconds: int = 5
+
+
+@dataclass(frozen=True)
+class Rendezvous:
+    port: int = 29400
+    join_timeout_seconds: int = 600
+    last_call_timeout_seconds: int = 30
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    replicas: int = 1
+    nproc_per_node: int | str = "auto"
+    gpus_per_replica: int | None = None
+    elastic: Elastic | None = None
+    restart_policy: str = "OnFailure"
+    run_policy: RunPolicy = field(default_factory=RunPolicy)
+    rendezvous: Rendezvous = field(default_factory=Rendezvous)
+    template: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def gpus_per_pod(self) -> int:
+        """GPUs of one worker pod: gpusPerReplica, else the trainer container's nvidia.com/gpu limit."""
+        if self.gpus_per_replica is not None:
+            return self.gpus_per_replica
+        container = trainer_container(self.template.get("spec", {}).get("containers", []))
+        limit = ((container or {}).get("resources") or {}).get("limits", {}).get(api.GPU_RESOURCE, 0)
+        try:
+            return int(limit)
+        except (TypeError, ValueError):
+            return 0
+
+    @property
+    def procs_per_pod(self) -> int:
+        if self.nproc_per_node == "auto":
+            return self.gpus_per_pod or 1
+        return int(self.nproc_per_node)
+
+
+def trainer_container(containers: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The container that receives torchrun's environment: the one named `trainer`, else the first."""
+    for container in containers:
+        if container.get("name") == api.TRAINER_CONTAINER:
+            return container
+    return containers[0] if containers else None
+
+
+def parse_spec(raw: dict[str, Any]) -> JobSpec:
+    elastic = raw.get("elastic")
+    run = raw.get("runPolicy") or {}
+    rdzv = raw.get("rendezvous") or {}
+    nproc = raw.get("nprocPerNode", "auto")
+    if isinstance(nproc, str) and nproc != "auto":
+        nproc = int(nproc) if nproc.isdigit() else "auto"
+    return JobSpec(
+        replicas=int(raw.get("replicas", 1)),
+        nproc_per_node=nproc,
+        gpus_per_replica=raw.get("gpusPerReplica"),
+        elastic=Elastic(
+            min_replicas=int(elastic["minReplicas"]),
+            max_replicas=int(elastic["maxReplicas"]),
+            max_restarts=int(elastic.get("maxRestarts", 0)),
+        ) if elastic else None,
+        restart_policy=raw.get("restartPolicy", "OnFailure"),
+        run_policy=RunPolicy(
+            backoff_limit=int(run.get("backoffLimit", 3)),
+            active_deadline_seconds=run.get("activeDeadlineSeconds"),
+            ttl_seconds_after_finished=run.get("ttlSecondsAfterFinished"),
+            clean_pod_policy=run.get("cleanPodPolicy", "Running"),
+            suspend=bool(run.get("suspend", False)),
+            restart_backoff_seconds=int(run.get("restartBackoffSeconds", 5)),
+        ),
+        rendezvous=Rendezvous(
+            port=int(rdzv.get("port", 29400)),
+            join_timeout_seconds=int(rdzv.get("joinTimeoutSeconds", 600)),
+            last_call_timeout_seconds=int(rdzv.get("lastCallTimeoutSeconds", 30)),
+        ),
+        template=raw.get("template") or {},
+    )
