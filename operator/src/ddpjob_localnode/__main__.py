@@ -1,0 +1,119 @@
+"""`python -m ddpjob_localnode run|start|stop|status`: run the local node agent in the foreground, or in the
+background with its pid in .local-cluster/pids/local-node.pid and its log in .local-cluster/logs/local-node.log."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from .layout import DEFAULT_KUBELET_PORT, Layout, default_node_name, repo_root
+
+
+def _layout(args) -> Layout:
+    return Layout(root=repo_root(), node_name=args.node_name)
+
+
+def _alive(pid_file: Path) -> int | None:
+    try:
+        pid = int(pid_file.read_text().strip())
+        os.kill(pid, 0)
+        return pid
+    except (OSError, ValueError):
+        return None
+
+
+def cmd_run(args) -> int:
+    from .agent import Agent
+
+    layout = _layout(args)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("kubernetes").setLevel(logging.WARNING)
+    layout.state_dir.mkdir(parents=True, exist_ok=True)
+    agent = Agent(layout, args.kubelet_port, Path(args.hosts_file), args.server)
+
+    def stop(signum, _frame):
+        logging.getLogger("ddpjob_localnode").info("signal %d: stopping", signum)
+        agent.stopping.set()
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    agent.run()
+    return 0
+
+
+def cmd_start(args) -> int:
+    """Start in the background (idempotent) and wait until the node is registered and serving."""
+    layout = _layout(args)
+    pid = _alive(layout.pid_file)
+    if pid:
+        print(f"local node agent already running (pid {pid})")
+        return 0
+    for folder in (layout.pid_file.parent, layout.log_file.parent, layout.state_dir):
+        folder.mkdir(parents=True, exist_ok=True)
+    ready = layout.state_dir / "ready"
+    ready.unlink(missing_ok=True)
+    argv = [sys.executable, "-m", "ddpjob_localnode", "--node-name", args.node_name, "--kubelet-port",
+            str(args.kubelet_port), "--hosts-file", args.hosts_file, "--server", args.server, "run"]
+    with open(layout.log_file, "ab") as out:
+        # A new session: the agent outlives the shell or test that started it; the pid file is how it is stopped.
+        proc = subprocess.Popen(argv, stdout=out, stderr=out, stdin=subprocess.DEVNULL, start_new_session=True)
+    layout.pid_file.write_text(f"{proc.pid}\n")
+    deadline = time.monotonic() + args.wait
+    while time.monotonic() < deadline:
+        if ready.exists():
+            print(f"local node agent running (pid {proc.pid}, node {args.node_name}, log {layout.log_file})")
+            return 0
+        if proc.poll() is not None:
+            break
+        time.sleep(0.2)
+    print(f"local node agent did not become ready; see {layout.log_file}", file=sys.stderr)
+    return 1
+
+
+def cmd_stop(args) -> int:
+    layout = _layout(args)
+    pid = _alive(layout.pid_file)
+    if pid:
+        os.kill(pid, signal.SIGTERM)
+        for _ in range(100):
+            if _alive(layout.pid_file) is None:
+                break
+            time.sleep(0.1)
+        else:
+            os.kill(pid, signal.SIGKILL)
+    layout.pid_file.unlink(missing_ok=True)
+    print("local node agent stopped" if pid else "local node agent was not running")
+    return 0
+
+
+def cmd_status(args) -> int:
+    pid = _alive(_layout(args).pid_file)
+    print(f"local node agent: running (pid {pid})" if pid else "local node agent: stopped")
+    return 0 if pid else 1
+
+
+def parse(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m ddpjob_localnode", description=__doc__)
+    parser.add_argument("--node-name", default=os.environ.get("LOCAL_NODE_NAME", default_node_name()))
+    parser.add_argument("--kubelet-port", type=int,
+                        default=int(os.environ.get("LOCAL_NODE_KUBELET_PORT", DEFAULT_KUBELET_PORT)))
+    parser.add_argument("--hosts-file", default=os.environ.get("LOCAL_NODE_HOSTS_FILE", "/etc/hosts"))
+    parser.add_argument("--server", default=f"https://127.0.0.1:{os.environ.get('APISERVER_PORT', '26443')}")
+    parser.add_argument("--wait", type=float, default=60, help="seconds `start` waits for the node to be ready")
+    parser.add_argument("command", choices=["run", "start", "stop", "status"])
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse(sys.argv[1:] if argv is None else argv)
+    return {"run": cmd_run, "start": cmd_start, "stop": cmd_stop, "status": cmd_status}[args.command](args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
