@@ -1,0 +1,53 @@
+"""`torchrun ... -m ddp_trainer [--workload digits|cnn|gpt | --entrypoint module:function] [--train.steps N ...]`"""
+
+from __future__ import annotations
+
+import sys
+
+import torch.distributed as dist
+from torch.distributed.elastic.multiprocessing.errors import record
+
+from . import exit_codes
+from .checkpoint import CheckpointDiskFull
+from .config import ConfigError, parse_config
+from .distributed_env import DistEnv, choose_backend, choose_device, init_process_group
+from .process_age import process_age_seconds
+from .progress_log import Identity, emit, started_line, startup_line
+
+
+@record  # writes the root cause to TORCHELASTIC_ERROR_FILE, which the operator reads from the termination log
+def main(argv: list[str] | None = None) -> int:
+    try:
+        cfg = parse_config(argv)
+    except ConfigError as e:
+        print(f"ddp_trainer: configuration error: {e}", file=sys.stderr, flush=True)
+        return exit_codes.CONFIG_ERROR
+    env = DistEnv.from_environ()
+    who = Identity.from_environ(env.rank)
+    device = choose_device(env)
+    rendezvous_seconds = init_process_group(env, device)
+    if env.local_rank == 0 or cfg.log.all_ranks:
+        emit(started_line(who, env.world_size, choose_backend(), str(device), rendezvous_seconds))
+    from .trainer import Trainer  # after the group exists: a bad rendezvous fails before the model is built
+    trainer = Trainer(cfg, env, device, who)
+    trainer.serve_metrics()
+    trainer.resume()
+    if trainer.talks:
+        emit(startup_line(who, process_age_seconds(), rendezvous_seconds, trainer.checkpoint_load_seconds))
+    try:
+        code = trainer.train()
+    except CheckpointDiskFull as e:
+        return disk_full(who, e)
+    dist.destroy_process_group()
+    return code
+
+
+def disk_full(who: Identity, error: CheckpointDiskFull) -> int:
+    from torch.distributed.elastic.multiprocessing.errors import ErrorHandler
+    ErrorHandler().record_exception(error)  # the distinct exit code below bypasses @record's own recording
+    print(f"{who.prefix} ERROR {error.strerror}", file=sys.stderr, flush=True)
+    return exit_codes.CHECKPOINT_DISK_FULL
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,92 @@
+"""Checkpoints in one directory shared by all ranks; rank 0 writes. A write is atomic (temp file, fsync, rename,
+fsync of the directory), so a reader sees a whole checkpoint or none; a file that still fails to load (a
+truncated copy, a disk error) is skipped with a warning in favour of the one before it."""
+
+from __future__ import annotations
+
+import errno
+import os
+import re
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+
+FORMAT = "ddp_trainer/1"
+NAME = re.compile(r"^step-(\d{9})\.pt$")
+REQUIRED_KEYS = ("format", "step", "samples", "world_size", "model", "optimizer")
+
+
+class CheckpointDiskFull(OSError):
+    """The checkpoint volume is full. Raised instead of retrying, so the job fails with a clear cause."""
+
+
+class CheckpointStore:
+    def __init__(self, directory: str | Path, keep: int = 3, warn: Callable[[str], None] = print):
+        self.directory = Path(directory)
+        self.keep = keep
+        self.warn = warn
+
+    def path_for(self, step: int) -> Path:
+        return self.directory / f"step-{step:09d}.pt"
+
+    def list_steps(self) -> list[tuple[int, Path]]:
+        if not self.directory.is_dir():
+            return []
+        found = [(int(m.group(1)), p) for p in self.directory.iterdir() if (m := NAME.match(p.name))]
+        return sorted(found)
+
+    def save(self, state: dict) -> Path:
+        self.directory.mkdir(parents=True, exist_ok=True)
+        final = self.path_for(state["step"])
+        tmp = self.directory / f".{final.name}.tmp-{os.getpid()}"
+        try:
+            with open(tmp, "wb") as f:
+                torch.save({"format": FORMAT, **state}, f)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, final)
+            self._fsync_directory()
+        except OSError as e:
+            tmp.unlink(missing_ok=True)
+            if e.errno == errno.ENOSPC:
+                raise CheckpointDiskFull(
+                    errno.ENOSPC, f"checkpoint volume full: cannot write step {state['step']} to {self.directory} "
+                    "(no space left on device); free space or enlarge the volume, then restart the job") from e
+            raise
+        self._prune()
+        return final
+
+    def newest_valid(self) -> tuple[Path, dict] | None:
+        for step, path in reversed(self.list_steps()):
+            state = self.load(path)
+            if state is not None:
+                return path, state
+        return None
+
+    def load(self, path: Path) -> dict | None:
+        try:
+            # weights_only: a checkpoint directory is shared storage, so never unpickle arbitrary objects from it
+            state = torch.load(path, map_location="cpu", weights_only=True)
+        except Exception as e:  # a truncated zip, a short read, bad pickle data: all mean "not usable"
+            self.warn(f"skipping unreadable checkpoint {path.name}: {type(e).__name__}: {str(e)[:200]}")
+            return None
+        missing = [k for k in REQUIRED_KEYS if not isinstance(state, dict) or k not in state]
+        if missing or state.get("format") != FORMAT:
+            self.warn(f"skipping checkpoint {path.name}: not a {FORMAT} checkpoint (missing {missing})")
+            return None
+        return state
+
+    def _prune(self) -> None:
+        for _, path in self.list_steps()[:-self.keep]:
+            path.unlink(missing_ok=True)
+        # Temp files of writers that were killed mid-write; ours was renamed or removed already.
+        for stale in self.directory.glob(".step-*.pt.tmp-*"):
+            stale.unlink(missing_ok=True)
+
+    def _fsync_directory(self) -> None:
+        fd = os.open(self.directory, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)

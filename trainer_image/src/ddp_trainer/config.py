@@ -1,0 +1,185 @@
+"""Typed configuration, one dataclass per component, exposed as dotted flags (`--train.steps`) and as env
+(`DDP_TRAINER_TRAIN_STEPS`). Precedence: dataclass default < env < flag, so a pod template's env sets a
+baseline and the container args still win."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import typing
+from dataclasses import dataclass, field
+
+ENV_PREFIX = "DDP_TRAINER_"
+WORKLOADS = ("digits", "cnn", "gpt")
+
+
+@dataclass
+class TrainConfig:
+    steps: int = 200  # optimizer steps in total, across restarts
+    batch_size_per_rank: int = 32  # used when global_batch_size is 0: global batch = this x world size
+    global_batch_size: int = 0  # > 0 fixes the global batch; each rank gets B/N, the first B%N ranks one more
+    grad_accum_steps: int = 1  # micro-batches per optimizer step, all but the last under no_sync
+    lr: float = 1e-3  # base learning rate, for one rank
+    lr_scaling: str = "linear"  # linear: lr x world size (recomputed on every start), none: lr as given
+    warmup_steps: int = 0
+    decay: str = "cosine"  # cosine | constant, after warm-up
+    min_lr_ratio: float = 0.1
+    weight_decay: float = 0.0
+    optimizer: str = "adamw"  # adamw | sgd
+    momentum: float = 0.9  # sgd only
+    grad_clip: float = 0.0  # 0 disables
+    seed: int = 0
+
+
+@dataclass
+class DataConfig:
+    workers: int = 0  # DataLoader worker processes per rank
+    pin_memory: bool = True  # only takes effect on CUDA
+    shuffle: bool = True
+
+
+@dataclass
+class DDPConfig:
+    sync_batchnorm: bool = False
+    find_unused_parameters: bool = False
+    static_graph: bool = False
+    bucket_cap_mb: float = 25.0
+    gradient_as_bucket_view: bool = True
+    comm_hook: str = "none"  # none | bf16 (compress gradients to bf16 for the all-reduce)
+    compile: bool = False  # torch.compile the model
+    autocast: str = "auto"  # auto (bf16 on CUDA, off on CPU) | bf16 | off
+
+
+@dataclass
+class ModelConfig:
+    preset: str = "tiny"  # per workload: tiny (CPU tests) | small (GPT-small 124M, ResNet-ish CNN)
+    layers: int = 0  # 0 keeps the preset's value
+    width: int = 0
+    heads: int = 0
+    seq_len: int = 0
+    vocab_size: int = 0
+    image_size: int = 0
+    train_samples: int = 0  # synthetic workloads: size of the training set
+
+
+@dataclass
+class CheckpointConfig:
+    dir: str = ""  # shared by all ranks; empty disables checkpoints (and resume)
+    every_steps: int = 0  # 0 disables the step cadence
+    every_seconds: float = 0.0  # 0 disables the time cadence
+    keep: int = 3  # newest checkpoints kept
+    on_finish: bool = True  # write a final checkpoint at the target step
+
+
+@dataclass
+class MetricsConfig:
+    port: int = 9400  # base port, + LOCAL_RANK; 0 disables the endpoint
+
+
+@dataclass
+class LogConfig:
+    every_steps: int = 10  # progress line cadence
+    all_ranks: bool = False  # progress lines from every rank, not just each node's local rank 0
+
+
+@dataclass
+class Config:
+    workload: str = "digits"
+    entrypoint: str = ""  # module:function or path/to/script.py[:function]; overrides --workload
+    train: TrainConfig = field(default_factory=TrainConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    ddp: DDPConfig = field(default_factory=DDPConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    metrics: MetricsConfig = field(default_factory=MetricsConfig)
+    log: LogConfig = field(default_factory=LogConfig)
+
+
+class ConfigError(ValueError):
+    """A flag or env value that cannot be used; the message names the flag or variable."""
+
+
+def flag_name(section: str | None, name: str) -> str:
+    dashed = name.replace("_", "-")
+    return f"--{section}.{dashed}" if section else f"--{dashed}"
+
+
+def env_name(section: str | None, name: str) -> str:
+    return ENV_PREFIX + (f"{section}_{name}" if section else name).upper()
+
+
+def parse_value(kind: type, text: str, where: str):
+    if kind is bool:
+        lowered = text.strip().lower()
+        if lowered in ("1", "true", "yes", "on"):
+            return True
+        if lowered in ("0", "false", "no", "off"):
+            return False
+        raise ConfigError(f"{where}: expected a boolean (true/false/1/0), got {text!r}")
+    try:
+        return kind(text)
+    except ValueError:
+        raise ConfigError(f"{where}: expected {kind.__name__}, got {text!r}") from None
+
+
+def _leaf_fields(cls) -> list[tuple[str | None, dataclasses.Field, type]]:
+    hints = typing.get_type_hints(cls)
+    out = []
+    for f in dataclasses.fields(cls):
+        kind = hints[f.name]
+        if dataclasses.is_dataclass(kind):
+            sub_hints = typing.get_type_hints(kind)
+            out.extend((f.name, sf, sub_hints[sf.name]) for sf in dataclasses.fields(kind))
+        else:
+            out.append((None, f, kind))
+    return out
+
+
+def parse_config(argv: list[str] | None = None, environ: dict[str, str] | None = None) -> Config:
+    environ = os.environ if environ is None else environ
+    cfg = Config()
+    parser = argparse.ArgumentParser(prog="ddp_trainer", description="torchrun DDP trainer harness")
+    for section, f, kind in _leaf_fields(Config):
+        target = getattr(cfg, section) if section else cfg
+        env = env_name(section, f.name)
+        if env in environ:
+            setattr(target, f.name, parse_value(kind, environ[env], f"env {env}"))
+        parser.add_argument(flag_name(section, f.name), dest=f"{section or ''}.{f.name}", default=None,
+                            metavar=kind.__name__.upper(), help=f"env {env} (default {getattr(target, f.name)!r})")
+    args = parser.parse_args(argv)
+    for section, f, kind in _leaf_fields(Config):
+        text = getattr(args, f"{section or ''}.{f.name}")
+        if text is not None:
+            target = getattr(cfg, section) if section else cfg
+            setattr(target, f.name, parse_value(kind, text, flag_name(section, f.name)))
+    validate(cfg)
+    return cfg
+
+
+def validate(cfg: Config) -> None:
+    problems = []
+    if not cfg.entrypoint and cfg.workload not in WORKLOADS:
+        problems.append(f"--workload must be one of {', '.join(WORKLOADS)}, got {cfg.workload!r}")
+    if cfg.train.steps < 1:
+        problems.append(f"--train.steps must be >= 1, got {cfg.train.steps}")
+    if cfg.train.grad_accum_steps < 1:
+        problems.append(f"--train.grad-accum-steps must be >= 1, got {cfg.train.grad_accum_steps}")
+    if cfg.train.global_batch_size < 0 or (cfg.train.global_batch_size == 0 and cfg.train.batch_size_per_rank < 1):
+        problems.append("--train.global-batch-size must be > 0, or --train.batch-size-per-rank >= 1")
+    if cfg.train.lr_scaling not in ("linear", "none"):
+        problems.append(f"--train.lr-scaling must be linear or none, got {cfg.train.lr_scaling!r}")
+    if cfg.train.decay not in ("cosine", "constant"):
+        problems.append(f"--train.decay must be cosine or constant, got {cfg.train.decay!r}")
+    if cfg.train.optimizer not in ("adamw", "sgd"):
+        problems.append(f"--train.optimizer must be adamw or sgd, got {cfg.train.optimizer!r}")
+    if cfg.ddp.comm_hook not in ("none", "bf16"):
+        problems.append(f"--ddp.comm-hook must be none or bf16, got {cfg.ddp.comm_hook!r}")
+    if cfg.ddp.autocast not in ("auto", "bf16", "off"):
+        problems.append(f"--ddp.autocast must be auto, bf16 or off, got {cfg.ddp.autocast!r}")
+    if cfg.checkpoint.keep < 1:
+        problems.append(f"--checkpoint.keep must be >= 1, got {cfg.checkpoint.keep}")
+    if not 0 <= cfg.metrics.port <= 65535:
+        problems.append(f"--metrics.port must be in 0..65535, got {cfg.metrics.port}")
+    if problems:
+        raise ConfigError("; ".join(problems))

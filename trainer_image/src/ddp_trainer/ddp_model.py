@@ -1,0 +1,33 @@
+"""The model as DDP trains it: on its device, BatchNorm made synchronous if asked, DDP's bucket and graph
+options, the bf16 gradient compression hook, and torch.compile last so it compiles the DDP-wrapped graph."""
+
+from __future__ import annotations
+
+import contextlib
+
+import torch
+from torch import nn
+from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+
+def wrap_model(model: nn.Module, device: torch.device, ddp_cfg) -> tuple[DDP, nn.Module]:
+    """Returns (the DDP module to train, the compiled module to call); they are the same object unless
+    compiled."""
+    if ddp_cfg.sync_batchnorm:
+        model = nn.SyncBatchNorm.convert_sync_batchnorm(model)
+    model.to(device)
+    ddp = DDP(model, device_ids=[device.index] if device.type == "cuda" else None,
+              find_unused_parameters=ddp_cfg.find_unused_parameters, static_graph=ddp_cfg.static_graph,
+              bucket_cap_mb=ddp_cfg.bucket_cap_mb, gradient_as_bucket_view=ddp_cfg.gradient_as_bucket_view)
+    if ddp_cfg.comm_hook == "bf16":
+        ddp.register_comm_hook(state=None, hook=default_hooks.bf16_compress_hook)
+    callable_model = torch.compile(ddp) if ddp_cfg.compile else ddp
+    return ddp, callable_model
+
+
+def autocast_context(device: torch.device, mode: str):
+    """bf16 autocast on CUDA by default; off on CPU, where bf16 matmuls are slow on most hosts."""
+    if mode == "bf16" or (mode == "auto" and device.type == "cuda"):
+        return torch.autocast(device_type=device.type, dtype=torch.bfloat16)
+    return contextlib.nullcontext()

@@ -1,0 +1,67 @@
+"""The process group, formed only from torchrun's environment (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_*)."""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+
+DEFAULT_COLLECTIVE_TIMEOUT_SECONDS = 600.0
+
+
+@dataclass(frozen=True)
+class DistEnv:
+    rank: int
+    world_size: int
+    local_rank: int
+    local_world_size: int
+    restart_count: int  # torchrun's in-place restarts (TORCHELASTIC_RESTART_COUNT)
+
+    @classmethod
+    def from_environ(cls, environ=None) -> "DistEnv":
+        env = os.environ if environ is None else environ
+        missing = [k for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT") if k not in env]
+        if missing:
+            raise RuntimeError(f"not started by torchrun: {', '.join(missing)} missing from the environment; "
+                               "run `torchrun --nproc-per-node N -m ddp_trainer ...`")
+        return cls(rank=int(env["RANK"]), world_size=int(env["WORLD_SIZE"]), local_rank=int(env["LOCAL_RANK"]),
+                   local_world_size=int(env.get("LOCAL_WORLD_SIZE", "1")),
+                   restart_count=int(env.get("TORCHELASTIC_RESTART_COUNT", "0")))
+
+
+def collective_timeout(environ=None) -> timedelta:
+    env = os.environ if environ is None else environ
+    text = env.get("DDPJOB_COLLECTIVE_TIMEOUT_SECONDS", "")
+    try:
+        seconds = float(text) if text else DEFAULT_COLLECTIVE_TIMEOUT_SECONDS
+    except ValueError:
+        raise RuntimeError(f"DDPJOB_COLLECTIVE_TIMEOUT_SECONDS must be a number of seconds, got {text!r}") from None
+    if seconds <= 0:
+        raise RuntimeError(f"DDPJOB_COLLECTIVE_TIMEOUT_SECONDS must be > 0, got {text!r}")
+    return timedelta(seconds=seconds)
+
+
+def choose_backend() -> str:
+    return "nccl" if torch.cuda.is_available() else "gloo"
+
+
+def choose_device(env: DistEnv) -> torch.device:
+    if torch.cuda.is_available():
+        torch.cuda.set_device(env.local_rank % torch.cuda.device_count())
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
+
+
+def init_process_group(env: DistEnv, device: torch.device) -> float:
+    """Join the group and return how long it took (the rendezvous part of a recovery)."""
+    started = time.monotonic()
+    kwargs = {"backend": choose_backend(), "timeout": collective_timeout()}
+    if device.type == "cuda":
+        kwargs["device_id"] = device  # eager NCCL init, so a bad peer shows up here and not at step 1
+    dist.init_process_group(**kwargs)
+    dist.barrier()
+    return time.monotonic() - started

@@ -1,0 +1,67 @@
+"""Prometheus series per rank, on $POD_IP:<port + LOCAL_RANK>. Names are a contract with the Helm chart's alerts
+and the operator's progress scrape. A registry per trainer (not the global one) keeps tests independent."""
+
+from __future__ import annotations
+
+import os
+import time
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+
+PHASE_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+
+
+class TrainerMetrics:
+    def __init__(self, job: str, rank: int):
+        self.registry = CollectorRegistry()
+        labels = ("job", "rank")
+        self._labels = {"job": job, "rank": str(rank)}
+        self._samples_counted = 0
+
+        def gauge(name, doc):
+            return Gauge(name, doc, labels, registry=self.registry).labels(**self._labels)
+
+        self.step = gauge("ddp_trainer_step", "Optimizer steps completed (global, survives restarts)")
+        self.samples_total = Counter("ddp_trainer_samples", "Training samples consumed by the whole group",
+                                     labels, registry=self.registry).labels(**self._labels)
+        self.samples_per_second = gauge("ddp_trainer_samples_per_second", "Group throughput over the last log window")
+        self.loss = gauge("ddp_trainer_loss", "Training loss, mean over the group at the last log step")
+        self.learning_rate = gauge("ddp_trainer_learning_rate", "Current learning rate")
+        self.world_size = gauge("ddp_trainer_world_size", "Ranks in the process group")
+        self.restart_count = gauge("ddp_trainer_restart_count", "torchrun in-place restarts (TORCHELASTIC_RESTART_COUNT)")
+        self.last_checkpoint_step = gauge("ddp_trainer_last_checkpoint_step", "Step of the newest checkpoint")
+        self.last_checkpoint_timestamp = gauge("ddp_trainer_last_checkpoint_timestamp_seconds",
+                                               "Unix time of the newest checkpoint (age = time() - this)")
+        self.gpu_memory_bytes = gauge("ddp_trainer_gpu_memory_bytes", "CUDA memory allocated by this rank")
+        phase = Histogram("ddp_trainer_step_phase_seconds", "Step time by phase", (*labels, "phase"),
+                          buckets=PHASE_BUCKETS, registry=self.registry)
+        self.phase = {p: phase.labels(**self._labels, phase=p) for p in ("data", "forward_backward", "optimizer")}
+
+    def set_samples_total(self, value: int) -> None:
+        # A resumed run starts its counter at the checkpoint's count; counters can only grow from zero.
+        if value > self._samples_counted:
+            self.samples_total.inc(value - self._samples_counted)
+            self._samples_counted = value
+
+    def record_checkpoint(self, step: int, when: float | None = None) -> None:
+        self.last_checkpoint_step.set(step)
+        self.last_checkpoint_timestamp.set(time.time() if when is None else when)
+
+
+def metrics_address(base_port: int, local_rank: int, environ=None) -> tuple[str, int] | None:
+    if base_port == 0:
+        return None
+    env = os.environ if environ is None else environ
+    return env.get("POD_IP") or "0.0.0.0", base_port + local_rank
+
+
+def serve(metrics: TrainerMetrics, address: tuple[str, int] | None, warn) -> bool:
+    """Start the endpoint; a taken port costs the metrics, never the training run."""
+    if address is None:
+        return False
+    try:
+        start_http_server(address[1], addr=address[0], registry=metrics.registry)
+    except OSError as e:
+        warn(f"metrics endpoint disabled: cannot listen on {address[0]}:{address[1]}: {e}")
+        return False
+    return True

@@ -1,0 +1,60 @@
+"""Log lines other programs parse (the e2e tests, the demo, the local-node recovery breakdown). Their formats
+are a contract: change them only together with those readers."""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Identity:
+    job: str
+    attempt: str
+    rank: int
+
+    @classmethod
+    def from_environ(cls, rank: int, environ=None) -> "Identity":
+        env = os.environ if environ is None else environ
+        attempt = env.get("DDPJOB_ATTEMPT") or env.get("TORCHELASTIC_RESTART_COUNT") or "0"
+        return cls(job=env.get("DDPJOB_NAME") or "local", attempt=attempt, rank=rank)
+
+    @property
+    def prefix(self) -> str:
+        return f"[job={self.job} attempt={self.attempt} rank={self.rank}]"
+
+
+def progress_line(who: Identity, step: int, total: int, epoch: int, loss: float, lr: float,
+                  samples_per_second: float) -> str:
+    return (f"{who.prefix} step={step}/{total} epoch={epoch} loss={loss:.4f} lr={lr:.1e} "
+            f"samples/s={samples_per_second:.1f}")
+
+
+def done_line(who: Identity, total: int, metric_name: str, metric_value: float, wall_seconds: float) -> str:
+    return f"{who.prefix} done step={total} {metric_name}={metric_value:.4f} wall_s={wall_seconds:.1f}"
+
+
+def resumed_line(who: Identity, step: int, samples: int, world_size_was: int) -> str:
+    return f"{who.prefix} resumed from checkpoint step={step} samples={samples} world_size_was={world_size_was}"
+
+
+def started_line(who: Identity, world_size: int, backend: str, device: str, rendezvous_seconds: float) -> str:
+    return (f"{who.prefix} started pid={os.getpid()} world_size={world_size} backend={backend} device={device} "
+            f"rendezvous_s={rendezvous_seconds:.2f}")
+
+
+def emit(line: str) -> None:
+    # Flushed at once: pods' logs are read live, and a killed process must not lose its last lines.
+    print(line, file=sys.stdout, flush=True)
+
+
+def warn(who: Identity, message: str) -> None:
+    print(f"{who.prefix} WARNING {message}", file=sys.stderr, flush=True)
+
+
+def startup_line(who: Identity, process_seconds: float, rendezvous_seconds: float, load_seconds: float) -> str:
+    """Where the start-up time went, for recovery breakdowns: process age when training begins, of which the
+    rendezvous (init_process_group) and the checkpoint load."""
+    return (f"{who.prefix} ready process_s={process_seconds:.2f} rendezvous_s={rendezvous_seconds:.2f} "
+            f"checkpoint_load_s={load_seconds:.2f}")

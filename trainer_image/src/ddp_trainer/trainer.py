@@ -1,0 +1,228 @@
+"""The training loop: resume from the newest checkpoint, step until the target, checkpoint on cadence and on
+SIGTERM, report progress, evaluate on rank 0."""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+from torch.utils.data import DataLoader
+
+from . import exit_codes
+from .batching import SamplePosition, global_batch_size, loss_scale, scaled_lr, split_sizes
+from .checkpoint import CheckpointStore
+from .config import Config
+from .ddp_model import autocast_context, wrap_model
+from .distributed_env import DistEnv
+from .lr_schedule import LearningRateSchedule
+from .metrics import TrainerMetrics, metrics_address, serve
+from .preemption import PreemptionFlag
+from .progress_log import Identity, done_line, emit, progress_line, resumed_line, warn
+from .rng_state import capture_rng, restore_rng, seed_everything
+from .workloads import Workload, build_workload
+
+
+class Trainer:
+    def __init__(self, cfg: Config, env: DistEnv, device: torch.device, who: Identity,
+                 workload: Workload | None = None):
+        self.cfg, self.env, self.device, self.who = cfg, env, device, who
+        self.talks = cfg.log.all_ranks or env.local_rank == 0  # one progress stream per pod by default
+        self.created = time.monotonic()
+        seed_everything(cfg.train.seed)  # identical initial weights on every rank
+        self.workload = workload or build_workload(cfg)
+        seed_everything(cfg.train.seed + 7919 * env.rank)  # then distinct streams (dropout, augmentation)
+        self.ddp, self.model = wrap_model(self.workload.model, device, cfg.ddp)
+        self.optimizer = make_optimizer(self.ddp, cfg.train)
+        self.global_batch = global_batch_size(env.world_size, cfg.train.batch_size_per_rank,
+                                              cfg.train.global_batch_size)
+        if self.global_batch // env.world_size < cfg.train.grad_accum_steps:
+            raise ValueError(f"each rank gets {self.global_batch // env.world_size} samples per step, fewer than "
+                             f"--train.grad-accum-steps={cfg.train.grad_accum_steps} micro-batches")
+        self.schedule = LearningRateSchedule(
+            peak_lr=scaled_lr(cfg.train.lr, env.world_size, cfg.train.lr_scaling), total_steps=cfg.train.steps,
+            warmup_steps=cfg.train.warmup_steps, decay=cfg.train.decay, min_lr_ratio=cfg.train.min_lr_ratio)
+        self.store = CheckpointStore(cfg.checkpoint.dir, cfg.checkpoint.keep, self._warn) \
+            if cfg.checkpoint.dir else None
+        self.metrics = TrainerMetrics(who.job, env.rank)
+        self.metrics.world_size.set(env.world_size)
+        self.metrics.restart_count.set(env.restart_count)
+        self.preemption = PreemptionFlag().install()
+        self.step, self.samples, self.position = 0, 0, SamplePosition()
+        self.last_checkpoint_step, self.last_checkpoint_time = -1, time.monotonic()
+        self.checkpoint_load_seconds = 0.0
+        self.last_loss = float("nan")
+
+    def serve_metrics(self) -> bool:
+        return serve(self.metrics, metrics_address(self.cfg.metrics.port, self.env.local_rank), self._warn)
+
+    def resume(self) -> bool:
+        """Load the newest valid checkpoint on every rank. Rank 0 chooses it and tells the others, so all ranks
+        load the same one even while an older writer's files come and go."""
+        if self.store is None:
+            return False
+        started = time.monotonic()
+        chosen = self.store.newest_valid() if self.env.rank == 0 else None
+        box = [str(chosen[0]) if chosen else None]
+        dist.broadcast_object_list(box, src=0)
+        if box[0] is None:
+            return False
+        state = chosen[1] if chosen else self.store.load(Path(box[0]))
+        if state is None:
+            raise RuntimeError(f"rank {self.env.rank} cannot read checkpoint {box[0]} that rank 0 chose")
+        self.ddp.module.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.step, self.samples = int(state["step"]), int(state["samples"])
+        self.position = SamplePosition(int(state["epoch"]), int(state["offset"]))
+        if self.env.rank == 0:
+            restore_rng(state["rng"])
+        else:  # only rank 0's RNG is saved; the others get a fresh, rank- and step-specific stream
+            seed_everything(self.cfg.train.seed + 7919 * self.env.rank + self.step)
+        self.last_checkpoint_step = self.step
+        self.metrics.record_checkpoint(self.step, state.get("time"))
+        self.checkpoint_load_seconds = time.monotonic() - started
+        if self.talks:
+            emit(resumed_line(self.who, self.step, self.samples, int(state["world_size"])))
+        return True
+
+    def train(self) -> int:
+        cfg = self.cfg
+        loader = self._loader()
+        batches = iter(loader)
+        window_start, window_steps = time.monotonic(), 0
+        loss_sum = torch.zeros((), device=self.device)
+        self.metrics.set_samples_total(self.samples)
+        self.metrics.step.set(self.step)
+        while self.step < cfg.train.steps:
+            t0 = time.perf_counter()
+            inputs, targets = next(batches)
+            inputs = inputs.to(self.device, non_blocking=True)
+            targets = targets.to(self.device, non_blocking=True)
+            t1 = time.perf_counter()
+            lr = self.schedule.apply(self.optimizer, self.step)
+            loss_sum += self._forward_backward(inputs, targets)
+            t2 = time.perf_counter()
+            if cfg.train.grad_clip > 0:
+                torch.nn.utils.clip_grad_norm_(self.ddp.parameters(), cfg.train.grad_clip)
+            self.optimizer.step()
+            self.optimizer.zero_grad(set_to_none=True)
+            t3 = time.perf_counter()
+            self.step += 1
+            self.samples += self.global_batch
+            self.position = self.position.after_batch(self.global_batch, len(self.workload.train_set))
+            window_steps += 1
+            self._observe_phases(t1 - t0, t2 - t1, t3 - t2)
+            if self.step % cfg.log.every_steps == 0 or self.step == cfg.train.steps:
+                stop = self._report(loss_sum, window_steps, time.monotonic() - window_start, lr)
+                loss_sum.zero_()
+                window_start, window_steps = time.monotonic(), 0
+                if stop:
+                    self.save_checkpoint()
+                    if self.talks:
+                        emit(f"{self.who.prefix} preempted ({self.preemption.signal_name or 'peer'}): "
+                             f"checkpoint written step={self.step}, exiting with {exit_codes.PREEMPTED}")
+                    return exit_codes.PREEMPTED
+            if self._checkpoint_due():
+                self.save_checkpoint()
+        if cfg.checkpoint.on_finish and self.last_checkpoint_step != self.step:
+            self.save_checkpoint()
+        self._finish(time.monotonic() - self.created)
+        return exit_codes.OK
+
+    def _loader(self) -> DataLoader:
+        from .sampler import GlobalBatchSampler
+        data = self.workload.train_set
+        sampler = GlobalBatchSampler(data, self.env.world_size, self.env.rank, self.global_batch, self.position,
+                                     shuffle=self.cfg.data.shuffle, seed=self.cfg.train.seed)
+        return DataLoader(data, batch_sampler=sampler, num_workers=self.cfg.data.workers,
+                          pin_memory=self.cfg.data.pin_memory and self.device.type == "cuda",
+                          collate_fn=_already_batched if getattr(data, "returns_batches", False) else None,
+                          persistent_workers=self.cfg.data.workers > 0)
+
+    def _forward_backward(self, inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        """Gradient accumulation: k micro-batches, all but the last inside no_sync (forward included, so DDP
+        does not prepare a reduction it will not run), and the last one all-reduces the summed gradients."""
+        k = self.cfg.train.grad_accum_steps
+        scale = loss_scale(self.env.world_size, self.global_batch)
+        sizes = split_sizes(len(inputs), k)
+        total = torch.zeros((), device=self.device)
+        for i, (x, y) in enumerate(zip(inputs.split(sizes), targets.split(sizes))):
+            with contextlib.nullcontext() if i == k - 1 else self.ddp.no_sync():
+                with autocast_context(self.device, self.cfg.ddp.autocast):
+                    output = self.model(x)
+                losses = self.workload.sample_losses(output, y)
+                (losses.sum() * scale).backward()
+            total += losses.detach().sum()
+        return total
+
+    def _observe_phases(self, data: float, forward_backward: float, optimizer: float) -> None:
+        self.metrics.phase["data"].observe(data)
+        self.metrics.phase["forward_backward"].observe(forward_backward)
+        self.metrics.phase["optimizer"].observe(optimizer)
+
+    def _report(self, loss_sum: torch.Tensor, steps: int, seconds: float, lr: float) -> bool:
+        """One all-reduce per log window carries the loss and the stop flag, so every rank agrees to stop at the
+        same step when any of them got SIGTERM, at no extra per-step cost."""
+        packed = torch.stack([loss_sum.float(), torch.tensor(float(self.preemption.requested), device=self.device)])
+        dist.all_reduce(packed)
+        total_loss, stop_votes = packed.tolist()
+        loss = self.last_loss = total_loss / (self.global_batch * steps)
+        throughput = self.global_batch * steps / max(seconds, 1e-9)
+        m = self.metrics
+        m.step.set(self.step)
+        m.set_samples_total(self.samples)
+        m.samples_per_second.set(throughput)
+        m.loss.set(loss)
+        m.learning_rate.set(lr)
+        if self.device.type == "cuda":
+            m.gpu_memory_bytes.set(torch.cuda.memory_allocated(self.device))
+        if self.talks:
+            emit(progress_line(self.who, self.step, self.cfg.train.steps, self.position.epoch, loss, lr, throughput))
+        return stop_votes > 0
+
+    def _checkpoint_due(self) -> bool:
+        c = self.cfg.checkpoint
+        if self.store is None or self.env.rank != 0 or self.step >= self.cfg.train.steps:
+            return False
+        by_steps = c.every_steps > 0 and self.step % c.every_steps == 0
+        by_time = c.every_seconds > 0 and time.monotonic() - self.last_checkpoint_time >= c.every_seconds
+        return by_steps or by_time
+
+    def save_checkpoint(self) -> None:
+        """Rank 0 writes; the others go on and meet it at the next collective."""
+        if self.store is None or self.env.rank != 0:
+            return
+        now = time.time()
+        self.store.save({
+            "step": self.step, "samples": self.samples, "epoch": self.position.epoch, "offset": self.position.offset,
+            "world_size": self.env.world_size, "global_batch": self.global_batch, "workload": self.workload.name,
+            "model": self.ddp.module.state_dict(), "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.schedule.state_dict(), "rng": capture_rng(), "time": now,
+        })
+        self.last_checkpoint_step, self.last_checkpoint_time = self.step, time.monotonic()
+        self.metrics.record_checkpoint(self.step, now)
+
+    def _finish(self, wall_seconds: float) -> None:
+        if self.env.rank != 0:
+            return
+        if self.workload.evaluate is not None:
+            value = self.workload.evaluate(self.ddp.module, self.device)
+        else:
+            value = self.last_loss
+        emit(done_line(self.who, self.cfg.train.steps, self.workload.final_metric, value, wall_seconds))
+
+    def _warn(self, message: str) -> None:
+        warn(self.who, message)
+
+
+def make_optimizer(model: torch.nn.Module, train_cfg) -> torch.optim.Optimizer:
+    if train_cfg.optimizer == "sgd":
+        return torch.optim.SGD(model.parameters(), lr=train_cfg.lr, momentum=train_cfg.momentum,
+                               weight_decay=train_cfg.weight_decay)
+    return torch.optim.AdamW(model.parameters(), lr=train_cfg.lr, weight_decay=train_cfg.weight_decay)
+
+
+def _already_batched(batch):
+    return batch

@@ -1,0 +1,55 @@
+"""A workload is what the harness trains: a model, data sets of (input, target) pairs, a per-sample loss and a
+final evaluation. The bundled ones live next to this file; users bring their own through --entrypoint."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+from torch.utils.data import Dataset
+
+
+class IndexableTensors(Dataset):
+    """(inputs, targets) held in memory and indexed a whole batch at a time: the DataLoader calls
+    __getitems__ once per batch, which keeps Python per-sample overhead out of GPU throughput figures."""
+
+    returns_batches = True
+
+    def __init__(self, inputs: torch.Tensor, targets: torch.Tensor):
+        self.inputs, self.targets = inputs, targets
+
+    def __len__(self) -> int:
+        return len(self.inputs)
+
+    def __getitem__(self, index):
+        return self.inputs[index], self.targets[index]
+
+    def __getitems__(self, indices: list[int]):
+        index = torch.as_tensor(indices)
+        return self.inputs[index], self.targets[index]
+
+
+@dataclass
+class Workload:
+    name: str
+    model: nn.Module
+    train_set: Dataset
+    sample_losses: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]  # (output, target) -> loss per sample, [b]
+    evaluate: Callable[[nn.Module, torch.device], float] | None = None  # rank 0, after the last step
+    final_metric: str = "final_loss"  # name printed on the done line
+    flops_per_sample: float = 0.0  # forward + backward, for MFU; 0 when unknown
+
+
+def build_workload(cfg) -> Workload:
+    if cfg.entrypoint:
+        from ..user_entrypoint import load_entrypoint
+        return load_entrypoint(cfg.entrypoint)(cfg)
+    if cfg.workload == "digits":
+        from .digits import build
+    elif cfg.workload == "cnn":
+        from .cnn import build
+    else:
+        from .gpt import build
+    return build(cfg)
