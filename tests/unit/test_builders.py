@@ -1,0 +1,151 @@
+"""Manifest builders: the Service, the worker pod and torchrun's environment (README contract table)."""
+
+from __future__ import annotations
+
+import pytest
+
+from ddpjob_operator import api
+from ddpjob_operator.builders import JobRef, build_service, build_worker_pod
+from ddpjob_operator.rendezvous import merge_env, rendezvous_env
+from ddpjob_operator.spec import parse_spec
+
+from job_builders import make_job
+
+REF = JobRef("j", "ns", "uid-7")
+
+
+def env_of(pod: dict, container: int = 0) -> dict[str, object]:
+    return {e["name"]: e.get("value", e.get("valueFrom")) for e in pod["spec"]["containers"][container]["env"]}
+
+
+def pod_for(job: dict, index: int = 0, attempt: int = 0, restarts: int = 0) -> dict:
+    return build_worker_pod(REF, parse_spec(job["spec"]), index=index, attempt=attempt, restarts=restarts)
+
+
+def test_service_is_headless_publishes_not_ready_and_is_owned():
+    svc = build_service(REF, parse_spec(make_job("j").build()["spec"]))
+    assert svc["metadata"]["name"] == "j"
+    assert svc["spec"]["clusterIP"] == "None"
+    assert svc["spec"]["publishNotReadyAddresses"] is True
+    assert svc["spec"]["ports"] == [{"name": "rendezvous", "port": 29400, "targetPort": 29400, "protocol": "TCP"}]
+    assert svc["metadata"]["ownerReferences"] == [{"apiVersion": "ddpjob.dev/v1alpha1", "kind": "DDPJob",
+                                                   "name": "j", "uid": "uid-7", "controller": True,
+                                                   "blockOwnerDeletion": True}]
+
+
+def test_worker_pod_names_labels_and_dns():
+    pod = pod_for(make_job("j").replicas(2).build(), index=1, attempt=3)
+    assert pod["metadata"]["name"] == "j-worker-1"
+    assert pod["metadata"]["labels"] == {
+        "app.kubernetes.io/name": "ddpjob", "app.kubernetes.io/instance": "j",
+        "app.kubernetes.io/component": "worker", "app.kubernetes.io/managed-by": "ddpjob-operator",
+        "ddpjob.dev/job-name": "j", "ddpjob.dev/replica-index": "1", "ddpjob.dev/restart-attempt": "3"}
+    assert pod["spec"]["hostname"] == "j-worker-1"
+    assert pod["spec"]["subdomain"] == "j"
+    assert pod["spec"]["restartPolicy"] == "Never"
+    assert pod["spec"]["automountServiceAccountToken"] is False
+    assert pod["spec"]["containers"][0]["terminationMessagePolicy"] == "FallbackToLogsOnError"
+    assert pod["metadata"]["ownerReferences"][0]["controller"] is True
+
+
+def test_operator_labels_win_over_template_labels():
+    job = make_job("j").build()
+    job["spec"]["template"]["metadata"] = {"labels": {"ddpjob.dev/job-name": "other", "team": "ml"}}
+    labels = pod_for(job)["metadata"]["labels"]
+    assert labels["ddpjob.dev/job-name"] == "j"
+    assert labels["team"] == "ml"
+
+
+def test_rendezvous_env_exact_for_worker_0_and_1():
+    spec = parse_spec(make_job("j").replicas(2).gpus(4).build()["spec"])
+    env0 = {e["name"]: e.get("value") for e in rendezvous_env(job="j", namespace="ns", job_uid="u", spec=spec,
+                                                               index=0, attempt=2, restarts=1)}
+    assert env0 == {
+        "PET_NNODES": "2", "PET_NPROC_PER_NODE": "4", "PET_RDZV_BACKEND": "c10d",
+        "PET_RDZV_ENDPOINT": "j-worker-0.j.ns.svc:29400", "PET_RDZV_ID": "u-2",
+        "PET_RDZV_CONF": "is_host=true,join_timeout=600,last_call_timeout=30", "PET_MAX_RESTARTS": "0",
+        "PET_NODE_RANK": "0", "MASTER_ADDR": "j-worker-0.j.ns.svc", "MASTER_PORT": "29400",
+        "TORCHELASTIC_ERROR_FILE": "/dev/termination-log", "DDPJOB_NAME": "j", "DDPJOB_NAMESPACE": "ns",
+        "DDPJOB_ATTEMPT": "2", "DDPJOB_REPLICA_INDEX": "0", "DDPJOB_RESTARTS": "1",
+        "DDPJOB_COLLECTIVE_TIMEOUT_SECONDS": "300", "POD_IP": None}
+    env1 = {e["name"]: e.get("value") for e in rendezvous_env(job="j", namespace="ns", job_uid="u", spec=spec,
+                                                               index=1, attempt=2, restarts=1)}
+    assert env1["PET_RDZV_CONF"].startswith("is_host=false,")
+    assert env1["PET_NODE_RANK"] == "1"
+
+
+@pytest.mark.parametrize("name, job, want_nnodes, want_nproc, want_max_restarts", [
+    ("fixed", make_job("j").replicas(3), "3", "1", "0"),
+    ("elastic", make_job("j").replicas(3).elastic(2, 4, max_restarts=2), "2:4", "1", "2"),
+    ("auto from gpusPerReplica", make_job("j").gpus(8), "1", "8", "0"),
+    ("auto from template limit", make_job("j").container(resources={"limits": {"nvidia.com/gpu": "2"}}), "1", "2", "0"),
+    ("explicit nproc", make_job("j").gpus(8).nproc(2), "1", "2", "0"),
+    ("nproc as string", make_job("j").nproc("3"), "1", "3", "0"),
+    ("auto without gpus", make_job("j").gpus(0), "1", "1", "0"),
+])
+def test_nnodes_and_nproc(name, job, want_nnodes, want_nproc, want_max_restarts):
+    env = env_of(pod_for(job.build()))
+    assert (env["PET_NNODES"], env["PET_NPROC_PER_NODE"], env["PET_MAX_RESTARTS"]) == \
+        (want_nnodes, want_nproc, want_max_restarts), name
+
+
+def test_rendezvous_id_changes_per_attempt():
+    job = make_job("j").build()
+    assert env_of(pod_for(job, attempt=0))["PET_RDZV_ID"] != env_of(pod_for(job, attempt=1))["PET_RDZV_ID"]
+
+
+@pytest.mark.parametrize("name, job, want_limits, want_requests", [
+    ("gpusPerReplica sets request = limit", make_job("j").gpus(4), {"nvidia.com/gpu": "4"}, {"nvidia.com/gpu": "4"}),
+    ("template limit mirrored", make_job("j").container(resources={"limits": {"nvidia.com/gpu": 2, "cpu": "1"}}),
+     {"nvidia.com/gpu": 2, "cpu": "1"}, {"nvidia.com/gpu": "2"}),
+    ("gpusPerReplica overrides template",
+     make_job("j").gpus(1).container(resources={"limits": {"nvidia.com/gpu": "8"}}),
+     {"nvidia.com/gpu": "1"}, {"nvidia.com/gpu": "1"}),
+    ("zero gpus drops them", make_job("j").gpus(0).container(resources={"limits": {"nvidia.com/gpu": "8"}}),
+     None, None),
+])
+def test_gpu_resources(name, job, want_limits, want_requests):
+    resources = pod_for(job.build())["spec"]["containers"][0].get("resources", {})
+    assert resources.get("limits") == want_limits, name
+    assert resources.get("requests") == want_requests, name
+
+
+def test_env_goes_into_trainer_container_not_the_first():
+    job = make_job("j").build()
+    job["spec"]["template"]["spec"]["containers"] = [{"name": "sidecar", "image": "s"},
+                                                     {"name": "trainer", "image": "t"}]
+    pod = pod_for(job)
+    assert "env" not in pod["spec"]["containers"][0]
+    assert env_of(pod, 1)["PET_NNODES"] == "1"
+
+
+def test_user_env_kept_nccl_defaults_overridable_owned_names_replaced():
+    user = [{"name": "LR", "value": "0.1"}, {"name": "TORCH_NCCL_ASYNC_ERROR_HANDLING", "value": "1"},
+            {"name": "PET_NNODES", "value": "99"}]
+    merged = merge_env(user, [{"name": "PET_NNODES", "value": "2"}])
+    names = [e["name"] for e in merged]
+    assert names.count("PET_NNODES") == 1 and names.count("TORCH_NCCL_ASYNC_ERROR_HANDLING") == 1
+    values = {e["name"]: e["value"] for e in merged}
+    assert values["LR"] == "0.1"
+    assert values["PET_NNODES"] == "2"
+    assert values["TORCH_NCCL_ASYNC_ERROR_HANDLING"] == "1"
+    assert values["TORCH_NCCL_DUMP_ON_TIMEOUT"] == "1"
+
+
+def test_rendezvous_port_exposed_on_trainer_once():
+    job = make_job("j").container(ports=[{"name": "metrics", "containerPort": 9400}]).build()
+    ports = pod_for(job)["spec"]["containers"][0]["ports"]
+    assert ports == [{"name": "metrics", "containerPort": 9400},
+                     {"name": "rendezvous", "containerPort": 29400, "protocol": "TCP"}]
+
+
+def test_builder_does_not_mutate_the_job():
+    job = make_job("j").gpus(2).build()
+    before = repr(job)
+    pod_for(job)
+    assert repr(job) == before
+
+
+def test_selector_and_names():
+    assert api.selector("j") == "ddpjob.dev/job-name=j"
+    assert api.worker_name("j", 3) == "j-worker-3"

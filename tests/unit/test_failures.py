@@ -1,0 +1,54 @@
+"""Which pods of the current attempt have failed, and how."""
+
+from __future__ import annotations
+
+import pytest
+
+from ddpjob_operator import failures as f
+
+from job_builders import NOW, make_node, make_pod
+
+NODES = {"node-0": make_node("node-0"), "down": make_node("down", ready=False, since=60),
+         "flapping": make_node("flapping", ready=False, since=5)}
+
+
+@pytest.mark.parametrize("name, pod, want_kind, want_code", [
+    ("running", make_pod().build(), None, None),
+    ("pending unscheduled", make_pod().pending().build(), None, None),
+    ("succeeded", make_pod().succeeded().build(), None, None),
+    ("exit 1", make_pod().failed(1).build(), f.EXIT_CODE, 1),
+    ("exit 137", make_pod().failed(137, reason="OOMKilled").build(), f.SIGNAL, 137),
+    ("signal field", make_pod().failed(0, signal=9).build(), f.SIGNAL, 0),
+    ("evicted", make_pod().evicted().build(), f.EVICTED, None),
+    ("deleted by someone", make_pod().terminating().build(), f.DELETED, None),
+    ("node NotReady past grace", make_pod().on_node("down").build(), f.NODE_LOST, None),
+    ("node NotReady within grace", make_pod().on_node("flapping").build(), None, None),
+    ("node gone", make_pod().on_node("vanished").build(), f.NODE_LOST, None),
+    ("failed without container status", {**make_pod().build(), "status": {"phase": "Failed"}}, f.UNKNOWN, None),
+    ("phase Unknown", {**make_pod().build(), "status": {"phase": "Unknown"}}, f.NODE_LOST, None),
+])
+def test_classify_pod_failure(name, pod, want_kind, want_code):
+    failure = f.classify_pod_failure(pod, NODES, NOW, node_lost_grace_seconds=30)
+    assert (failure.kind if failure else None, failure.exit_code if failure else None) == (want_kind, want_code)
+
+
+def test_termination_message_is_carried_and_trimmed():
+    pod = make_pod().failed(1, message="x" * 5000).build()
+    failure = f.classify_pod_failure(pod, NODES, NOW, 30)
+    assert len(failure.message) == f.MESSAGE_LIMIT and failure.message.endswith("...")
+
+
+def test_trainer_container_exit_code_preferred_over_sidecar():
+    pod = make_pod().build()
+    pod["spec"]["containers"] = [{"name": "sidecar"}, {"name": "trainer"}]
+    pod["status"] = {"phase": "Failed", "containerStatuses": [
+        {"name": "sidecar", "state": {"terminated": {"exitCode": 2}}},
+        {"name": "trainer", "state": {"terminated": {"exitCode": 3, "message": "boom"}}}]}
+    failure = f.classify_pod_failure(pod, NODES, NOW, 30)
+    assert (failure.exit_code, failure.message) == (3, "boom")
+
+
+def test_root_cause_is_the_earliest_failure():
+    late = f.classify_pod_failure(make_pod("a", 0).failed(1, finished=1).build(), NODES, NOW, 30)
+    early = f.classify_pod_failure(make_pod("a", 1).failed(137, finished=10).build(), NODES, NOW, 30)
+    assert f.root_cause([late, early]).pod == "a-worker-1"

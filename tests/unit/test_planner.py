@@ -1,0 +1,242 @@
+"""The reconcile planner: (job, pods, nodes, now) -> Plan, step by step."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+
+from ddpjob_operator.planner import PlannerSettings, plan_reconcile
+
+from job_builders import NOW, ago, make_job, make_node, make_pod, observe, running_pods
+
+SETTINGS = PlannerSettings(node_lost_grace_seconds=30, terminating_grace_seconds=60)
+
+
+def plan_for(job, pods=None, nodes=None, service=True, now=NOW):
+    return plan_reconcile(observe(job.build() if hasattr(job, "build") else job, pods, nodes, service, now), SETTINGS)
+
+
+def created(plan):
+    return [(p["metadata"]["name"], p["metadata"]["labels"]["ddpjob.dev/restart-attempt"]) for p in plan.create_pods]
+
+
+def reasons(plan):
+    return [e.reason for e in plan.events]
+
+
+def test_new_job_gets_service_pods_and_initial_status():
+    plan = plan_for(make_job("a").replicas(2).gpus(4), service=False)
+    assert plan.create_service["metadata"]["name"] == "a"
+    assert created(plan) == [("a-worker-0", "0"), ("a-worker-1", "0")]
+    s = plan.status
+    assert (s["phase"], s["attempt"], s["restarts"], s["replicas"], s["worldSize"]) == ("Pending", 0, 0, 2, 8)
+    assert (s["selector"], s["readyText"], s["launchedAttempt"]) == ("ddpjob.dev/job-name=a", "0/2", 0)
+    assert s["startTime"] == ago(0)
+    assert reasons(plan) == ["CreatedPods"]
+    assert [o.metric for o in plan.observations] == ["jobs_created", "pods_created"]
+
+
+def test_all_pods_running_makes_the_job_running_once():
+    job = make_job("a").replicas(2).status(phase="Pending", attempt=0, restarts=0, replicas=2, launchedAttempt=0,
+                                           conditions=[])
+    plan = plan_for(job, running_pods("a", 2))
+    assert plan.status["phase"] == "Running"
+    assert plan.status["readyText"] == "2/2"
+    assert reasons(plan) == ["Running"]
+    assert [o.metric for o in plan.observations] == ["time_to_all_running"]
+    assert plan.observations[0].value == 60.0
+
+
+def test_steady_state_writes_nothing():
+    plan = plan_for(make_job("a").replicas(2).running().status(observedGeneration=1), running_pods("a", 2))
+    assert (plan.status, plan.create_pods, plan.delete_pods, plan.events) == (None, [], [], [])
+
+
+@pytest.mark.parametrize("name, policy, backoff_limit, restarts, pod, want_phase, want_reason, want_attempt", [
+    ("exit 1 restarts", "OnFailure", 3, 0, make_pod("a", 1).failed(1), "Restarting", "ExitCode", 1),
+    ("eviction restarts", "OnFailure", 3, 1, make_pod("a", 1).evicted(), "Restarting", "Evicted", 2),
+    ("deleted pod restarts", "OnFailure", 3, 0, make_pod("a", 1).terminating(), "Restarting", "Deleted", 1),
+    ("node lost restarts", "OnFailure", 3, 0, make_pod("a", 1).on_node("dead"), "Restarting", "NodeLost", 1),
+    ("budget spent fails", "OnFailure", 3, 3, make_pod("a", 1).failed(1), "Failed", "BackoffLimitExceeded", 3),
+    ("ExitCode exit 1 fails", "ExitCode", 3, 0, make_pod("a", 1).failed(1), "Failed", "PermanentExitCode", 0),
+    ("ExitCode exit 137 restarts", "ExitCode", 3, 0, make_pod("a", 1).failed(137), "Restarting", "Signal", 1),
+    ("Never fails", "Never", 3, 0, make_pod("a", 1).failed(137), "Failed", "PodFailed", 0),
+])
+def test_failure_policy(name, policy, backoff_limit, restarts, pod, want_phase, want_reason, want_attempt):
+    job = (make_job("a").replicas(2).restart_policy(policy).backoff_limit(backoff_limit).restart_backoff(0)
+           .running(attempt=restarts, restarts=restarts))
+    pods = [make_pod("a", 0, restarts).build(), {**pod.build(), "metadata": {
+        **pod.build()["metadata"], "labels": {**pod.build()["metadata"]["labels"],
+                                              "ddpjob.dev/restart-attempt": str(restarts)}}}]
+    nodes = [make_node("node-0"), make_node("dead", ready=False, since=120)]
+    plan = plan_for(job, pods, nodes)
+    s = plan.status
+    assert (s["phase"], s["conditions"][-1]["reason"], s["attempt"]) == (want_phase, want_reason, want_attempt), name
+    assert s["lastFailure"]["pod"] == "a-worker-1"
+    # Deciding never deletes or creates in the same pass: the next pass acts on the written attempt.
+    assert (plan.create_pods, plan.delete_pods) == ([], [])
+    assert plan.requeue_after == 0
+    if want_phase == "Restarting":
+        assert s["restarts"] == restarts + 1
+        assert reasons(plan) == ["Restarting"]
+    else:
+        assert s["completionTime"] == ago(0)
+        assert reasons(plan) == [want_reason]
+
+
+def test_restart_message_and_last_failure_carry_the_termination_message():
+    job = make_job("a").replicas(2).restart_backoff(0).running()
+    pods = [make_pod("a", 0).build(), make_pod("a", 1).failed(3, message="CUDA error: out of memory").build()]
+    s = plan_for(job, pods).status
+    assert s["lastFailure"] == {"pod": "a-worker-1", "kind": "ExitCode", "exitCode": 3, "reason": "Error",
+                                "message": "CUDA error: out of memory", "time": ago(5)}
+    assert s["conditions"][-1]["message"] == ("pod a-worker-1 exited with code 3 (Error): CUDA error: out of "
+                                              "memory; restarting the group (1/3)")
+
+
+def test_next_pass_deletes_old_attempt_then_creates_new_one():
+    job = make_job("a").replicas(2).restart_backoff(0).running().status(attempt=1, restarts=1, phase="Restarting")
+    old = [make_pod("a", 0, 0).build(), make_pod("a", 1, 0).failed(1).build()]
+    plan = plan_for(job, old)
+    assert plan.delete_pods == ["a-worker-0", "a-worker-1"]
+    assert created(plan) == []  # names still taken
+    assert plan.requeue_after == 1.0
+    plan = plan_for(job, [])
+    assert created(plan) == [("a-worker-0", "1"), ("a-worker-1", "1")]
+    env = {e["name"]: e.get("value") for e in plan.create_pods[0]["spec"]["containers"][0]["env"]}
+    assert (env["DDPJOB_RESTARTS"], env["PET_RDZV_ID"]) == ("1", "uid-1-1")
+
+
+def test_backoff_delays_the_new_attempt():
+    job = (make_job("a").running().status(attempt=1, restarts=1, phase="Restarting",
+                                          nextAttemptTime=(NOW + timedelta(seconds=5)).strftime("%Y-%m-%dT%H:%M:%SZ")))
+    plan = plan_for(job, [])
+    assert created(plan) == []
+    assert plan.requeue_after == 5.0
+    assert created(plan_for(job, [], now=NOW + timedelta(seconds=5))) == [("a-worker-0", "1")]
+
+
+def test_restart_sets_exponential_backoff():
+    job = make_job("a").restart_backoff(5).running(attempt=1, restarts=1)
+    plan = plan_for(job, [make_pod("a", 0, 1).failed(1).build()])
+    assert plan.status["nextAttemptTime"] == (NOW + timedelta(seconds=10)).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def test_old_pod_stuck_terminating_on_dead_node_is_force_deleted():
+    job = make_job("a").running().status(attempt=1, restarts=1, phase="Restarting")
+    stuck = make_pod("a", 0, 0).on_node("dead").terminating(since=1).build()
+    plan = plan_for(job, [stuck], [make_node("dead", ready=False, since=120)])
+    assert (plan.force_delete_pods, plan.delete_pods) == (["a-worker-0"], [])
+
+
+def test_old_pod_terminating_on_healthy_node_waits_then_is_force_deleted():
+    job = make_job("a").running().status(attempt=1, restarts=1, phase="Restarting")
+    plan = plan_for(job, [make_pod("a", 0, 0).terminating(since=10).build()])
+    # Already deleting: no second delete, no force yet; the name is still taken, so look again soon.
+    assert (plan.force_delete_pods, plan.delete_pods, plan.create_pods, plan.requeue_after) == ([], [], [], 1.0)
+    plan = plan_for(job, [make_pod("a", 0, 0).terminating(since=61).build()])
+    assert plan.force_delete_pods == ["a-worker-0"]
+
+
+def test_missing_pod_of_a_launched_attempt_is_a_failure():
+    job = make_job("a").replicas(2).restart_backoff(0).running()
+    plan = plan_for(job, [make_pod("a", 0).build()])
+    assert plan.status["phase"] == "Restarting"
+    assert plan.status["lastFailure"]["reason"] == "PodMissing"
+
+
+def test_node_not_ready_within_grace_requeues_for_the_rest_of_it():
+    job = make_job("a").running().status(observedGeneration=1)
+    plan = plan_for(job, [make_pod("a", 0).on_node("n").build()], [make_node("n", ready=False, since=10)])
+    assert plan.status is None
+    assert plan.requeue_after == 20
+
+
+def test_all_succeeded_finishes_the_job():
+    job = make_job("a").replicas(2).running()
+    plan = plan_for(job, [make_pod("a", i).succeeded().build() for i in range(2)])
+    assert plan.status["phase"] == "Succeeded"
+    assert plan.status["completionTime"] == ago(0)
+    assert reasons(plan) == ["Succeeded"]
+
+
+def test_partial_success_keeps_running():
+    job = make_job("a").replicas(2).running()
+    plan = plan_for(job, [make_pod("a", 0).succeeded().build(), make_pod("a", 1).build()])
+    assert plan.status["phase"] == "Pending" and plan.status["readyText"] == "1/2"
+
+
+@pytest.mark.parametrize("name, policy, want_deleted", [
+    ("Running deletes unfinished", "Running", ["a-worker-1"]),
+    ("All deletes everything", "All", ["a-worker-0", "a-worker-1"]),
+    ("None keeps everything", "None", []),
+])
+def test_clean_pod_policy_on_finish(name, policy, want_deleted):
+    job = make_job("a").replicas(2).clean_pod_policy(policy).running().status(phase="Failed",
+                                                                               completionTime=ago(1))
+    plan = plan_for(job, [make_pod("a", 0).failed(1).build(), make_pod("a", 1).build()])
+    assert plan.delete_pods == want_deleted, name
+    assert plan.create_pods == []
+
+
+def test_ttl_after_finished():
+    job = make_job("a").ttl(30).running().status(phase="Succeeded", completionTime=ago(10))
+    plan = plan_for(job)
+    assert (plan.delete_job, plan.requeue_after) == (False, 20)
+    job = make_job("a").ttl(30).running().status(phase="Succeeded", completionTime=ago(30))
+    assert plan_for(job).delete_job is True
+
+
+def test_deadline_exceeded_fails_the_job():
+    job = make_job("a").deadline(30).running()  # started 30 s ago
+    plan = plan_for(job, running_pods("a", 1))
+    assert plan.status["phase"] == "Failed"
+    assert plan.status["conditions"][-1]["reason"] == "DeadlineExceeded"
+    assert plan.status["conditions"][-1]["message"] == "job ran longer than activeDeadlineSeconds (30s)"
+    plan = plan_for(make_job("a").deadline(100).running(), running_pods("a", 1))
+    assert plan.requeue_after == 70
+
+
+def test_suspend_bumps_attempt_then_deletes_pods_and_resume_creates_new_ones():
+    job = make_job("a").replicas(2).suspend().running()
+    plan = plan_for(job, running_pods("a", 2))
+    s = plan.status
+    assert (s["phase"], s["attempt"], s["restarts"]) == ("Suspended", 1, 0)
+    assert "startTime" not in s
+    assert reasons(plan) == ["Suspended"]
+    suspended = make_job("a").replicas(2).suspend().build()
+    suspended["status"] = s
+    plan = plan_for(suspended, running_pods("a", 2))
+    assert plan.delete_pods == ["a-worker-0", "a-worker-1"] and plan.create_pods == []
+    resumed = make_job("a").replicas(2).suspend(False).build()
+    resumed["status"] = s
+    plan = plan_for(resumed, [])
+    assert plan.status["phase"] == "Pending"
+    assert reasons(plan) == ["Resumed"]
+    resumed["status"] = plan.status
+    plan = plan_for(resumed, [])
+    assert created(plan) == [("a-worker-0", "1"), ("a-worker-1", "1")]
+
+
+def test_scale_is_a_group_restart_that_does_not_spend_the_budget():
+    job = make_job("a").replicas(3).elastic(1, 4).running(replicas=2)
+    plan = plan_for(job, running_pods("a", 2))
+    s = plan.status
+    assert (s["phase"], s["attempt"], s["restarts"], s["replicas"]) == ("Restarting", 1, 0, 3)
+    assert reasons(plan) == ["Rescaled"]
+    assert [(o.metric, o.labels) for o in plan.observations] == [("group_restarts", (("reason", "Rescaled"),))]
+
+
+def test_recovery_is_observed_when_the_new_attempt_runs():
+    job = make_job("a").running(attempt=1, restarts=1).status(phase="Restarting", restartingSince=ago(12))
+    plan = plan_for(job, running_pods("a", 1, attempt=1))
+    assert plan.status["phase"] == "Running"
+    assert "restartingSince" not in plan.status
+    assert [(o.metric, o.value) for o in plan.observations] == [("recovery_duration", 12.0)]
+
+
+def test_foreign_pod_with_the_label_of_an_earlier_attempt_is_deleted_not_counted():
+    job = make_job("a").replicas(1).running(attempt=2)
+    plan = plan_for(job, [make_pod("a", 0, 2).build(), make_pod("a", 5, 2).build()])
+    assert plan.delete_pods == ["a-worker-5"]
