@@ -1,0 +1,113 @@
+"""The API server itself rejects bad DDPJobs (OpenAPI schema + CEL rules in crds/), each with a message that
+says what to fix. No operator needed."""
+
+from __future__ import annotations
+
+import copy
+import json
+
+import pytest
+
+from ddpjob_manifests import ddpjob
+
+
+def with_spec(**changes) -> dict:
+    job = ddpjob("bad", replicas=2)
+    for path, value in changes.items():
+        target = job["spec"]
+        keys = path.split("__")
+        for key in keys[:-1]:
+            target = target.setdefault(key, {})
+        target[keys[-1]] = value
+    return job
+
+
+def with_env(name: str) -> dict:
+    job = ddpjob("bad")
+    job["spec"]["template"]["spec"]["containers"][0]["env"] = [{"name": name, "value": "x"}]
+    return job
+
+
+INVALID = [
+    ("replicas below min of elastic", with_spec(replicas=1, elastic={"minReplicas": 2, "maxReplicas": 4}),
+     "spec.replicas must be within [spec.elastic.minReplicas, spec.elastic.maxReplicas]"),
+    ("replicas above max of elastic", with_spec(replicas=5, elastic={"minReplicas": 2, "maxReplicas": 4}),
+     "spec.replicas must be within [spec.elastic.minReplicas, spec.elastic.maxReplicas]"),
+    ("min above max", with_spec(replicas=3, elastic={"minReplicas": 4, "maxReplicas": 2}),
+     "spec.elastic.minReplicas must be <= spec.elastic.maxReplicas"),
+    ("zero replicas", with_spec(replicas=0), "spec.replicas: Invalid value: 0: spec.replicas in body should be "
+                                             "greater than or equal to 1"),
+    ("negative gpus", with_spec(gpusPerReplica=-1), "spec.gpusPerReplica in body should be greater than or equal to 0"),
+    ("port zero", with_spec(rendezvous={"port": 0}), "spec.rendezvous.port in body should be greater than or equal to 1"),
+    ("port too big", with_spec(rendezvous={"port": 70000}),
+     "spec.rendezvous.port in body should be less than or equal to 65535"),
+    ("nproc word", with_spec(nprocPerNode="many"), 'spec.nprocPerNode must be an integer between 1 and 64, or "auto"'),
+    ("nproc zero", with_spec(nprocPerNode=0), 'spec.nprocPerNode must be an integer between 1 and 64, or "auto"'),
+    ("restart policy typo", with_spec(restartPolicy="Always"),
+     'spec.restartPolicy: Unsupported value: "Always": supported values: "OnFailure", "ExitCode", "Never"'),
+    ("clean pod policy typo", with_spec(runPolicy__cleanPodPolicy="Some"),
+     'spec.runPolicy.cleanPodPolicy: Unsupported value: "Some"'),
+    ("negative backoff limit", with_spec(runPolicy__backoffLimit=-1),
+     "spec.runPolicy.backoffLimit in body should be greater than or equal to 0"),
+    ("zero deadline", with_spec(runPolicy__activeDeadlineSeconds=0),
+     "spec.runPolicy.activeDeadlineSeconds in body should be greater than or equal to 1"),
+    ("no containers", with_spec(template={"spec": {"containers": []}}),
+     "spec.template.spec.containers in body should have at least 1 items"),
+    ("PET_ variable", with_env("PET_NNODES"), "env PET_NNODES is set by the operator"),
+    ("MASTER_ADDR", with_env("MASTER_ADDR"), "env MASTER_ADDR is set by the operator"),
+    ("WORLD_SIZE", with_env("WORLD_SIZE"), "env WORLD_SIZE is set by the operator"),
+    ("RANK", with_env("RANK"), "env RANK is set by the operator"),
+    ("DDPJOB_ identity", with_env("DDPJOB_ATTEMPT"), "env DDPJOB_ATTEMPT is set by the operator"),
+    ("no template", {"apiVersion": "ddpjob.dev/v1alpha1", "kind": "DDPJob", "metadata": {"name": "bad"},
+                     "spec": {"replicas": 1}}, 'spec.template: Required value'),
+]
+
+
+@pytest.mark.parametrize("name, manifest, message", INVALID, ids=[c[0] for c in INVALID])
+def test_invalid_spec_is_rejected_with_a_message(kube, crds, name, manifest, message):
+    res = kube("create", "-f", "-", input=json.dumps(manifest), check=False)
+    assert res.returncode != 0, f"{name}: accepted"
+    assert message in res.stderr, f"{name}: {res.stderr}"
+    assert kube.job("bad") is None
+
+
+def test_defaults_are_applied(kube, crds):
+    job = ddpjob("ok", replicas=1)
+    del job["spec"]["runPolicy"]
+    kube("create", "-f", "-", input=json.dumps(job))
+    spec = kube.job("ok")["spec"]
+    assert spec["nprocPerNode"] == "auto"
+    assert spec["restartPolicy"] == "OnFailure"
+    assert spec["runPolicy"] == {"backoffLimit": 3, "cleanPodPolicy": "Running", "suspend": False,
+                                 "restartBackoffSeconds": 5}
+    assert spec["rendezvous"] == {"port": 29400, "joinTimeoutSeconds": 600, "lastCallTimeoutSeconds": 30}
+
+
+@pytest.mark.parametrize("name, patch, message", [
+    ("port", {"spec": {"rendezvous": {"port": 29500}}}, "spec.rendezvous.port is immutable"),
+    ("restart policy", {"spec": {"restartPolicy": "Never"}}, "spec.restartPolicy is immutable"),
+    ("gpus", {"spec": {"gpusPerReplica": 4}}, "spec.gpusPerReplica is immutable"),
+    ("template while not suspended", {"spec": {"template": {"spec": {"containers": [
+        {"name": "trainer", "image": "example.invalid/other:2"}]}}}},
+     "spec.template may only change while the job is suspended"),
+])
+def test_immutable_fields(kube, crds, name, patch, message):
+    kube("create", "-f", "-", input=json.dumps(ddpjob("imm", replicas=1)))
+    res = kube("patch", "ddpjob", "imm", "--type=merge", "-p", json.dumps(patch), check=False)
+    assert res.returncode != 0, f"{name}: accepted"
+    assert message in res.stderr, res.stderr
+
+
+def test_template_may_change_while_suspended(kube, crds):
+    job = ddpjob("susp", replicas=1, runPolicy={"suspend": True})
+    kube("create", "-f", "-", input=json.dumps(job))
+    new = copy.deepcopy(job["spec"]["template"])
+    new["spec"]["containers"][0]["image"] = "example.invalid/other:2"
+    kube("patch", "ddpjob", "susp", "--type=merge", "-p", json.dumps({"spec": {"template": new}}))
+    assert kube.job("susp")["spec"]["template"]["spec"]["containers"][0]["image"] == "example.invalid/other:2"
+
+
+def test_kubectl_explain_describes_the_spec(kube, crds):
+    text = kube("explain", "ddpj.spec.runPolicy").stdout
+    assert "Limits and clean-up." in text
+    assert "backoffLimit" in text and "Whole-group restarts allowed" in text

@@ -1,0 +1,102 @@
+"""A valid DDPJob gets its headless Service and N GPU pods with the exact env, scheduled on the simulated GPU
+nodes; `kubectl get ddpj` shows the columns; deleting the job cascades."""
+
+from __future__ import annotations
+
+import json
+
+from support.cluster import wait_until
+
+from ddpjob_manifests import ddpjob
+
+
+def env_of(pod: dict) -> dict:
+    container = next(c for c in pod["spec"]["containers"] if c["name"] == "trainer")
+    return {e["name"]: e.get("value", e.get("valueFrom")) for e in container["env"]}
+
+
+def test_job_gets_service_and_gpu_pods_with_exact_env(kube, operator, namespace):
+    kube.apply(ddpjob("train", replicas=2, gpus=8))
+    pods = sorted(kube.running_pods("train", attempt=0, n=2), key=lambda p: p["metadata"]["name"])
+    status = kube.wait_phase("train", "Running")
+    uid = kube.job("train")["metadata"]["uid"]
+
+    svc = kube.get("service", "train")
+    assert svc["spec"]["clusterIP"] == "None" and svc["spec"]["publishNotReadyAddresses"] is True
+    assert svc["spec"]["ports"][0]["port"] == 29400
+
+    assert [p["metadata"]["name"] for p in pods] == ["train-worker-0", "train-worker-1"]
+    nodes = set()
+    for index, pod in enumerate(pods):
+        assert pod["spec"]["nodeName"].startswith("gpu-node-")
+        nodes.add(pod["spec"]["nodeName"])
+        trainer = pod["spec"]["containers"][0]
+        assert trainer["resources"]["limits"]["nvidia.com/gpu"] == "8"
+        assert trainer["resources"]["requests"]["nvidia.com/gpu"] == "8"
+        assert pod["spec"]["hostname"] == f"train-worker-{index}" and pod["spec"]["subdomain"] == "train"
+        assert pod["metadata"]["labels"]["ddpjob.dev/restart-attempt"] == "0"
+        assert pod["metadata"]["ownerReferences"][0]["uid"] == uid
+        host = f"train-worker-0.train.{namespace}.svc"
+        assert env_of(pod) == {
+            "LR": "0.1",
+            "PET_NNODES": "2", "PET_NPROC_PER_NODE": "8", "PET_RDZV_BACKEND": "c10d",
+            "PET_RDZV_ENDPOINT": f"{host}:29400", "PET_RDZV_ID": f"{uid}-0",
+            "PET_RDZV_CONF": f"is_host={'true' if index == 0 else 'false'},join_timeout=600,last_call_timeout=30",
+            "PET_MAX_RESTARTS": "0", "PET_NODE_RANK": str(index), "MASTER_ADDR": host, "MASTER_PORT": "29400",
+            "TORCHELASTIC_ERROR_FILE": "/dev/termination-log", "DDPJOB_NAME": "train",
+            "DDPJOB_NAMESPACE": namespace, "DDPJOB_ATTEMPT": "0", "DDPJOB_REPLICA_INDEX": str(index),
+            "DDPJOB_RESTARTS": "0", "DDPJOB_COLLECTIVE_TIMEOUT_SECONDS": "300",
+            "POD_IP": {"fieldRef": {"apiVersion": "v1", "fieldPath": "status.podIP"}},
+            "TORCH_NCCL_ASYNC_ERROR_HANDLING": "3", "TORCH_NCCL_TRACE_BUFFER_SIZE": "2000",
+            "TORCH_NCCL_DUMP_ON_TIMEOUT": "1", "TORCH_NCCL_ENABLE_MONITORING": "1"}
+    assert len(nodes) == 2, "8 GPUs each: the two pods cannot share a node"
+    assert (status["worldSize"], status["readyText"], status["restarts"], status["attempt"]) == (16, "2/2", 0, 0)
+    assert status["selector"] == "ddpjob.dev/job-name=train"
+    assert [c["type"] for c in status["conditions"] if c["status"] == "True"] == ["Running"]
+
+    reasons = {e["reason"] for e in kube.events("train")}
+    assert {"CreatedPods", "Running"} <= reasons
+
+    job = kube.job("train")
+    assert not job["metadata"].get("finalizers"), "no finalizer may strand a job while the operator is down"
+    assert not any("kopf" in k for k in (job["metadata"].get("annotations") or {}))
+    assert operator.metric("ddpjob_pods_created_total") == 2
+    assert operator.metric("ddpjob_jobs_created_total") == 1
+    assert operator.metric("ddpjob_jobs", phase="Running") == 1
+    assert operator.metric("ddpjob_time_to_all_running_seconds_count") == 1
+
+
+def test_kubectl_get_shows_the_columns(kube, operator):
+    kube.apply(ddpjob("cols", replicas=2, gpus=1))
+    kube.wait_phase("cols", "Running")
+    lines = kube("get", "ddpj").stdout.splitlines()
+    assert lines[0].split() == ["NAME", "PHASE", "READY", "RESTARTS", "WORLDSIZE", "AGE"]
+    assert lines[1].split()[:5] == ["cols", "Running", "2/2", "0", "2"]
+    wide = kube("get", "ddpj", "-o", "wide").stdout.splitlines()[0].split()
+    assert wide[-2:] == ["STEP", "ATTEMPT"]
+
+
+def test_scale_subresource_reads_replicas_and_selector(kube, operator):
+    kube.apply(ddpjob("sc", replicas=2, gpus=1))
+    kube.wait_phase("sc", "Running")
+    raw = kube.cluster.kubectl("get", "--raw",
+                               f"/apis/ddpjob.dev/v1alpha1/namespaces/{kube.ns}/ddpjobs/sc/scale").stdout
+    scale = json.loads(raw)
+    assert scale["spec"]["replicas"] == 2
+    assert scale["status"] == {"replicas": 2, "selector": "ddpjob.dev/job-name=sc"}
+
+
+def test_deleting_the_job_cascades_to_pods_and_service(kube, operator):
+    kube.apply(ddpjob("gone", replicas=2, gpus=1))
+    kube.running_pods("gone", attempt=0, n=2)
+    kube("delete", "ddpjob", "gone", "--wait=true", "--timeout=30s")
+    wait_until(lambda: not kube.pods("gone") and kube.get("service", "gone") is None, timeout=60,
+               what="pods and Service garbage-collected")
+
+
+def test_deleting_the_job_cascades_while_the_operator_is_down(kube, operator):
+    kube.apply(ddpjob("orphan", replicas=1, gpus=1))
+    kube.running_pods("orphan", attempt=0, n=1)
+    operator.kill()
+    kube("delete", "ddpjob", "orphan", "--wait=true", "--timeout=30s")
+    wait_until(lambda: not kube.pods("orphan"), timeout=60, what="pods garbage-collected without the operator")

@@ -1,0 +1,155 @@
+"""Whole-group restarts: a pod failure restarts every pod as a new attempt, within the budget; ExitCode and
+Never fail at once; a pod stuck Terminating on a NotReady node does not block the restart."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from support.cluster import wait_until
+
+from ddpjob_manifests import ddpjob
+
+
+def attempts_of(pods: list[dict]) -> set[str]:
+    return {p["metadata"]["labels"]["ddpjob.dev/restart-attempt"] for p in pods}
+
+
+def test_pod_failure_restarts_the_whole_group(kube, operator):
+    kube.apply(ddpjob("rs", replicas=3, gpus=2))
+    old = {p["metadata"]["uid"] for p in kube.running_pods("rs", attempt=0, n=3)}
+    kube.wait_phase("rs", "Running")
+    kube.fail_pod("rs-worker-1", exit_code=1, message="RuntimeError: NCCL error")
+
+    new = kube.running_pods("rs", attempt=1, n=3)
+    status = kube.wait_phase("rs", "Running")
+    assert (status["restarts"], status["attempt"]) == (1, 1)
+    assert not old & {p["metadata"]["uid"] for p in new}, "every pod of attempt 0 is replaced"
+    assert attempts_of(kube.pods("rs")) == {"1"}
+    assert status["lastFailure"]["pod"] == "rs-worker-1"
+    assert status["lastFailure"]["exitCode"] == 1
+    assert status["lastFailure"]["message"] == "RuntimeError: NCCL error"
+    restarting = [e for e in kube.events("rs") if e["reason"] == "Restarting"]
+    assert restarting and "pod rs-worker-1 exited with code 1 (Error): RuntimeError: NCCL error" in \
+        restarting[0]["message"]
+    env = {e["name"]: e.get("value") for e in new[0]["spec"]["containers"][0]["env"]}
+    assert (env["DDPJOB_ATTEMPT"], env["DDPJOB_RESTARTS"]) == ("1", "1")
+    assert env["PET_RDZV_ID"].endswith("-1")
+    assert operator.metric("ddpjob_group_restarts_total", reason="ExitCode") == 1
+    assert operator.metric("ddpjob_recovery_duration_seconds_count") == 1
+
+
+def test_exit_code_1_under_exitcode_policy_fails_without_restart(kube, operator):
+    kube.apply(ddpjob("ec", replicas=2, gpus=1, restartPolicy="ExitCode"))
+    kube.running_pods("ec", attempt=0, n=2)
+    kube.fail_pod("ec-worker-0", exit_code=1, message="ValueError: bad config")
+    status = kube.wait_phase("ec", "Failed")
+    assert (status["restarts"], status["attempt"]) == (0, 0)
+    failed = next(c for c in status["conditions"] if c["type"] == "Failed")
+    assert failed["reason"] == "PermanentExitCode"
+    assert failed["message"] == ("pod ec-worker-0 exited with code 1 (Error): ValueError: bad config; exit codes "
+                                 "1-127 are permanent under restartPolicy ExitCode")
+    assert status["completionTime"]
+    # cleanPodPolicy Running (the default): the still-running worker is deleted, the failed one kept for logs.
+    wait_until(lambda: [p["metadata"]["name"] for p in kube.pods("ec")] == ["ec-worker-0"], timeout=30,
+               what="running pod cleaned up")
+    assert operator.metric("ddpjob_jobs_failed_total") == 1
+
+
+def test_exit_137_under_exitcode_policy_restarts(kube, operator):
+    kube.apply(ddpjob("ec137", replicas=1, gpus=1, restartPolicy="ExitCode"))
+    kube.running_pods("ec137", attempt=0, n=1)
+    kube.fail_pod("ec137-worker-0", exit_code=137, reason="OOMKilled", message="")
+    kube.running_pods("ec137", attempt=1, n=1)
+    assert kube.wait_phase("ec137", "Running")["restarts"] == 1
+
+
+def test_budget_exhausted_fails_with_backoff_limit_exceeded(kube, operator):
+    kube.apply(ddpjob("bud", replicas=2, gpus=1, runPolicy={"backoffLimit": 2}))
+    for attempt in range(3):
+        kube.running_pods("bud", attempt=attempt, n=2)
+        kube.fail_pod("bud-worker-1", exit_code=2, message=f"crash {attempt}")
+    status = kube.wait_phase("bud", "Failed")
+    assert (status["restarts"], status["attempt"]) == (2, 2)
+    failed = next(c for c in status["conditions"] if c["type"] == "Failed")
+    assert failed["reason"] == "BackoffLimitExceeded"
+    assert failed["message"] == ("pod bud-worker-1 exited with code 2 (Error): crash 2; backoffLimit 2 reached "
+                                 "after 2 restarts")
+    assert "BackoffLimitExceeded" in {e["reason"] for e in kube.events("bud")}
+
+
+def test_restart_policy_never_fails_on_first_failure(kube, operator):
+    kube.apply(ddpjob("nev", replicas=1, gpus=1, restartPolicy="Never"))
+    kube.running_pods("nev", attempt=0, n=1)
+    kube.fail_pod("nev-worker-0", exit_code=137)
+    status = kube.wait_phase("nev", "Failed")
+    assert next(c for c in status["conditions"] if c["type"] == "Failed")["reason"] == "PodFailed"
+
+
+def test_deleted_pod_restarts_the_group(kube, operator):
+    kube.apply(ddpjob("del", replicas=2, gpus=1))
+    kube.running_pods("del", attempt=0, n=2)
+    kube.wait_phase("del", "Running")
+    kube("delete", "pod", "del-worker-0", "--wait=false")
+    kube.running_pods("del", attempt=1, n=2)
+    status = kube.wait_phase("del", "Running")
+    assert status["restarts"] == 1
+    assert status["lastFailure"]["kind"] == "Deleted"
+
+
+def test_job_succeeds_when_all_pods_succeed(kube, operator):
+    kube.apply(ddpjob("ok", replicas=2, gpus=1))
+    kube.running_pods("ok", attempt=0, n=2)
+    for i in range(2):
+        kube.succeed_pod(f"ok-worker-{i}")
+    status = kube.wait_phase("ok", "Succeeded")
+    assert status["completionTime"] and status["restarts"] == 0
+    assert "Succeeded" in {e["reason"] for e in kube.events("ok")}
+    assert operator.metric("ddpjob_jobs_succeeded_total") == 1
+
+
+@pytest.fixture
+def spare_node(cluster, request):
+    """A node of our own for a test that takes it down (the shared kwok nodes stay healthy)."""
+    name = f"spare-{request.node.name[-20:].lower().replace('_', '-')}"[:50].strip("-")
+    node = {"apiVersion": "v1", "kind": "Node", "metadata": {
+        "name": name, "annotations": {"kwok.x-k8s.io/node": "fake"},
+        "labels": {"type": "kwok-spare", "kubernetes.io/hostname": name, "spare": name}},
+        "spec": {"taints": [{"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}]},
+        "status": {"capacity": {"cpu": "64", "memory": "512Gi", "pods": "110", "nvidia.com/gpu": "8"},
+                   "allocatable": {"cpu": "64", "memory": "512Gi", "pods": "110", "nvidia.com/gpu": "8"}}}
+    cluster.kubectl("apply", "-f", "-", input=json.dumps(node))
+    wait_until(lambda: cluster.kubectl("get", "node", name, "-o",
+                                       "jsonpath={.status.conditions[?(@.type=='Ready')].status}").stdout == "True",
+               timeout=60, what=f"node {name} Ready")
+    yield name
+    cluster.kubectl("delete", "node", name, "--wait=false", check=False)
+
+
+def take_node_down(cluster, node: str) -> None:
+    # kwok stops managing the node (and its pods), like a kubelet that died; then it is marked NotReady.
+    cluster.kubectl("annotate", "node", node, "kwok.x-k8s.io/node-")
+    now = __import__("time").strftime("%Y-%m-%dT%H:%M:%SZ", __import__("time").gmtime())
+    patch = {"status": {"conditions": [{"type": "Ready", "status": "False", "reason": "KubeletStopped",
+                                        "message": "simulated node failure", "lastHeartbeatTime": now,
+                                        "lastTransitionTime": now}]}}
+    cluster.kubectl("patch", "node", node, "--subresource=status", "--type=strategic", "-p", json.dumps(patch))
+
+
+def test_pod_on_a_node_that_went_notready_is_replaced_and_force_deleted(kube, operator, cluster, spare_node):
+    job = ddpjob("nl", replicas=1, gpus=8)
+    job["spec"]["template"]["spec"]["nodeSelector"] = {"spare": spare_node}
+    kube.apply(job)
+    kube.running_pods("nl", attempt=0, n=1)
+    take_node_down(cluster, spare_node)
+    # The restart is decided after the node-lost grace; the old pod cannot terminate (no kubelet), so the
+    # operator force-deletes it, and the new pod (same name) is created. It stays Pending: its only node is down.
+    status = kube.wait_status("nl", lambda s: s.get("attempt") == 1 and s.get("launchedAttempt") == 1, timeout=60,
+                              what="attempt 1 launched")
+    assert status["restarts"] == 1
+    assert status["lastFailure"]["kind"] == "NodeLost"
+    assert status["lastFailure"]["message"] == f"node {spare_node} is not Ready"
+    pods = kube.pods("nl")
+    assert [p["metadata"]["labels"]["ddpjob.dev/restart-attempt"] for p in pods] == ["1"]
+    assert "force-deleted pod" in operator.log()

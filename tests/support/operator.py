@@ -1,0 +1,109 @@
+"""The operator as a real subprocess (`python -m ddpjob_operator`), scoped to one namespace, with its log kept
+in a file so a failing test can print it."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+CRD_DIR = ROOT / "crds"
+
+# Short timers so the integration suite stays fast; production defaults are in ddpjob_operator.config.
+FAST_ENV = {
+    "DDPJOB_RESYNC_SECONDS": "2",
+    "DDPJOB_NODE_LOST_GRACE_SECONDS": "2",
+    "DDPJOB_TERMINATING_GRACE_SECONDS": "5",
+    "DDPJOB_PROGRESS_INTERVAL_SECONDS": "2",
+}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class OperatorProcess:
+    def __init__(self, kubeconfig: Path, namespaces: list[str], log_path: Path, env: dict[str, str] | None = None):
+        self.kubeconfig = kubeconfig
+        self.namespaces = namespaces
+        self.log_path = log_path
+        self.env = {**FAST_ENV, **(env or {})}
+        self.metrics_port = free_port()
+        self.liveness_port = free_port()
+        self.proc: subprocess.Popen | None = None
+        self.starts = 0
+
+    def start(self, wait: bool = True) -> OperatorProcess:
+        args = [sys.executable, "-m", "ddpjob_operator", "--metrics-port", str(self.metrics_port),
+                "--liveness-port", str(self.liveness_port), "--verbose"]
+        for ns in self.namespaces:
+            args += ["--namespace", ns]
+        env = {**os.environ, **self.env, "KUBECONFIG": str(self.kubeconfig), "PYTHONUNBUFFERED": "1"}
+        self.starts += 1
+        log = open(self.log_path, "a")
+        log.write(f"\n===== operator start #{self.starts} =====\n")
+        log.flush()
+        self.proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=ROOT)
+        log.close()
+        if wait:
+            self.wait_live()
+        return self
+
+    def wait_live(self, timeout: float = 60) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise AssertionError(f"operator exited with {self.proc.returncode}:\n{self.log()}")
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{self.liveness_port}/healthz", timeout=1):
+                    return
+            except OSError:
+                time.sleep(0.2)
+        raise AssertionError(f"operator not live after {timeout}s:\n{self.log()}")
+
+    def kill(self, sig: int = signal.SIGKILL) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            self.proc.wait(timeout=30)
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=15)
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def metrics(self) -> str:
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=5) as r:
+            return r.read().decode()
+
+    def metric(self, name: str, **labels: str) -> float:
+        """The value of one sample of the /metrics page (0 when absent)."""
+        from prometheus_client.parser import text_string_to_metric_families
+        for family in text_string_to_metric_families(self.metrics()):
+            for sample in family.samples:
+                if sample.name == name and all(sample.labels.get(k) == v for k, v in labels.items()):
+                    return sample.value
+        return 0.0
+
+    def log(self) -> str:
+        return self.log_path.read_text() if self.log_path.exists() else ""
+
+
+def install_crds(kubectl) -> None:
+    """Apply crds/ and wait until the API serves them (idempotent; every suite may call it)."""
+    kubectl("apply", "--server-side", "--force-conflicts", "-f", str(CRD_DIR))
+    kubectl("wait", "--for=condition=Established", "--timeout=60s", "crd/ddpjobs.ddpjob.dev")
