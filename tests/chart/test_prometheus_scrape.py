@@ -1,0 +1,133 @@
+"""A real Prometheus scrapes the running operator (as the chart's ServiceAccount, after a job went through a
+restart) and a running 1-process trainer, evaluates the chart's rules, and answers PromQL. Every metric name
+the dashboard and the alerts read must exist in that scrape: a renamed metric fails here."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import urllib.request
+
+import pytest
+
+import prometheus_server
+from chart_tools import ROOT, dashboard, rule_groups
+from job_lifecycle import JOB_NAME
+from operator_as_service_account import free_port
+from promql_names import dashboard_metric_names, rule_metric_names
+from support.cluster import wait_until
+
+TRAINER_JOB = "scrape-probe"
+
+
+def trainer_step(port: int) -> float:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as rsp:
+            text = rsp.read().decode()
+    except OSError:
+        return 0.0
+    found = re.search(r"^ddp_trainer_step\{[^}]*\} (\S+)$", text, re.M)
+    return float(found.group(1)) if found else 0.0
+
+
+@pytest.fixture(scope="module")
+def trainer(tmp_path_factory):
+    """torchrun with one CPU process, long enough to be scraped; stopped by the test, not by finishing."""
+    work = tmp_path_factory.mktemp("trainer")
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("DDP_TRAINER_", "DDPJOB_", "PET_"))}
+    env.update(OMP_NUM_THREADS="1", CUDA_VISIBLE_DEVICES="", PYTHONUNBUFFERED="1", DDPJOB_NAME=TRAINER_JOB,
+               DDPJOB_ATTEMPT="0", POD_IP="127.0.0.1")
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=1", "-m", "ddp_trainer",
+           "--workload", "digits", "--train.steps", "1000000", "--metrics.port", str(port),
+           "--checkpoint.dir", str(work / "ckpt"), "--checkpoint.every-steps", "50", "--log.every-steps", "1000"]
+    log = work / "trainer.log"
+    proc = subprocess.Popen(cmd, env=env, stdout=open(log, "w"), stderr=subprocess.STDOUT, cwd=ROOT,
+                            start_new_session=True)
+    try:
+        wait_until(lambda: proc.poll() is not None or trainer_step(port) > 0, timeout=120,
+                   what="trainer metrics with progress")
+        assert proc.poll() is None, f"trainer exited with {proc.returncode}:\n{log.read_text()[-3000:]}"
+        yield port
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+
+
+@pytest.fixture(scope="module")
+def prometheus(cluster_wide_operator, cluster_wide_job, trainer, tmp_path_factory):
+    run = cluster_wide_operator
+    jobs = [
+        # What the chart's ServiceMonitor and PodMonitor produce: namespace and pod target labels, and for
+        # trainers honor_labels, so the trainer's own `job` (the DDPJob name) wins.
+        prometheus_server.scrape_job("ddpjob-operator-metrics", f"127.0.0.1:{run.metrics_port}",
+                                     {"namespace": run.release_namespace, "pod": f"{run.fullname}-0"}),
+        prometheus_server.scrape_job("ddpjob-trainers", f"127.0.0.1:{trainer}",
+                                     {"namespace": run.watch_namespace, "pod": f"{TRAINER_JOB}-worker-0"},
+                                     honor_labels=True),
+    ]
+    server = prometheus_server.start(tmp_path_factory.mktemp("prometheus"), jobs, rule_file=rule_groups())
+    yield server
+    server.stop()
+
+
+def test_both_targets_are_up(prometheus):
+    up = prometheus_server.wait_for_series(prometheus, "up == 1")
+    assert {s["metric"]["job"] for s in up} >= {"ddpjob-operator-metrics", TRAINER_JOB}, up
+
+
+def test_operator_series_show_the_job_and_its_restart(prometheus):
+    succeeded = prometheus_server.wait_for_series(prometheus, 'ddpjob_jobs{phase="Succeeded"} >= 1')
+    assert succeeded[0]["metric"]["job"] == "ddpjob-operator-metrics"
+    restarts = prometheus_server.wait_for_series(prometheus, "sum(ddpjob_group_restarts_total) >= 1")
+    assert float(restarts[0]["value"][1]) >= 1
+    recovered = prometheus_server.wait_for_series(prometheus, "ddpjob_recovery_duration_seconds_count >= 1")
+    assert recovered and JOB_NAME  # the restart of the job driven by cluster_wide_job
+
+
+def test_trainer_series_carry_the_ddpjob_name_and_rank(prometheus, cluster_wide_operator):
+    step = prometheus_server.wait_for_series(prometheus, f'ddp_trainer_step{{job="{TRAINER_JOB}"}} > 0')
+    labels = step[0]["metric"]
+    assert labels["rank"] == "0"
+    assert labels["namespace"] == cluster_wide_operator.watch_namespace
+    phases = prometheus_server.wait_for_series(
+        prometheus, f'ddpjob:trainer_step_phase_seconds:mean5m{{job="{TRAINER_JOB}"}}', timeout=60)
+    assert {s["metric"]["phase"] for s in phases} == {"data", "forward_backward", "optimizer"}
+
+
+def test_rules_load_and_evaluate_without_errors(prometheus):
+    groups = prometheus.api("rules")["groups"]
+    rules = [r for g in groups for r in g["rules"]]
+    assert {r["name"] for r in rules if r["type"] == "alerting"} == {
+        "DDPJobFailed", "DDPJobRestartStorm", "DDPJobNoTrainingProgress", "DDPJobStragglerRank"}
+    wait_until(lambda: all(r.get("lastEvaluation", "").startswith("20") for r in
+                           (r for g in prometheus.api("rules")["groups"] for r in g["rules"])),
+               timeout=30, what="every rule evaluated")
+    bad = [(r["name"], r.get("lastError")) for g in prometheus.api("rules")["groups"] for r in g["rules"]
+           if r.get("health") != "ok"]
+    assert not bad, bad
+    # A healthy, progressing trainer and an operator without failures must not fire anything.
+    firing = [a for a in prometheus.api("alerts")["alerts"] if a["state"] == "firing"]
+    assert not firing, firing
+
+
+def test_every_dashboard_and_alert_metric_exists_in_the_real_scrape(prometheus):
+    prometheus_server.wait_for_series(prometheus, "ddp_trainer_step_phase_seconds_bucket")
+    scraped = prometheus.metric_names()
+    used = dashboard_metric_names(dashboard()) | rule_metric_names(rule_groups())
+    assert len(used) >= 15, used
+    missing = sorted(used - scraped)
+    assert not missing, f"metrics read by the dashboard/alerts but not scraped: {missing}"
+
+
+def test_a_renamed_metric_would_be_caught(prometheus):
+    scraped = prometheus.metric_names()
+    renamed = {"groups": [{"name": "g", "rules": [{"alert": "X", "expr": "increase(ddpjob_job_failed_total[5m]) > 0"}]}]}
+    assert rule_metric_names(renamed) - scraped == {"ddpjob_job_failed_total"}
