@@ -115,7 +115,7 @@ cmdline() {
       --service-account-private-key-file=$pki/sa.key --root-ca-file=$pki/ca.crt \
       --cluster-signing-cert-file=$pki/ca.crt --cluster-signing-key-file=$pki/ca.key \
       --controllers=*,-cloud-node-lifecycle,-service-lb-controller,-node-route-controller \
-      --kube-api-qps=200 --kube-api-burst=400 --concurrent-gc-syncs=40 --profiling=false --v=1" ;;
+      --kube-api-qps=200 --kube-api-burst=400 --concurrent-gc-syncs=40 --node-monitor-grace-period=30s --profiling=false --v=1" ;;
     kube-scheduler) echo "$bin/kube-scheduler --kubeconfig=$dir/scheduler.kubeconfig \
       --authentication-kubeconfig=$dir/scheduler.kubeconfig --authorization-kubeconfig=$dir/scheduler.kubeconfig \
       --bind-address=127.0.0.1 --secure-port=$SCHED_PORT --leader-elect=false --kube-api-qps=300 --kube-api-burst=600 \
