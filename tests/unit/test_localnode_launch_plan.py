@@ -89,6 +89,8 @@ def test_unsupported_field_path_is_an_error():
 @pytest.mark.parametrize("value,want", [
     ("/ckpt", "/l/c"), ("/ckpt/a", "/l/c/a"), ("/ckptx", "/ckptx"), ("--dir=/ckpt/b", "--dir=/l/c/b"),
     ("/ckpt/deep/x", "/l/deep/x"), ("relative", "relative"),
+    ("echo x > /ckpt/f; ls /ckpt", "echo x > /l/c/f; ls /l/c"), ("http://h/ckpt", "http://h/ckpt"),
+    ("A=/ckpt:/ckpt/deep", "A=/l/c:/l/deep"), ("'/ckpt/q'", "'/l/c/q'"),
 ])
 def test_rewrite_path_longest_mount_wins(value, want):
     assert rewrite_path(value, {"/ckpt": "/l/c", "/ckpt/deep": "/l/deep"}) == want

@@ -23,8 +23,11 @@ def _alive(pid_file: Path) -> int | None:
     try:
         pid = int(pid_file.read_text().strip())
         os.kill(pid, 0)
+        # A killed agent can linger as a zombie until something reaps it; it runs nothing any more.
+        if Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z":
+            return None
         return pid
-    except (OSError, ValueError):
+    except (OSError, ValueError, IndexError):
         return None
 
 

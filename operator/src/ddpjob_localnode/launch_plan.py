@@ -4,6 +4,7 @@ on this machine, so any command/args/env value that starts with one is rewritten
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Mapping
@@ -56,14 +57,14 @@ def path_map(container: dict, volumes: Mapping[str, Path], termination_log: Path
 
 
 def rewrite_path(value: str, mapping: Mapping[str, str]) -> str:
-    """Rewrite `value` (or the part after `=` in `--flag=value`) when it starts with a container path."""
-    if value.startswith("-") and "=" in value:
-        flag, _, rest = value.partition("=")
-        return f"{flag}={rewrite_path(rest, mapping)}"
-    for inside in sorted(mapping, key=len, reverse=True):
-        if value == inside or value.startswith(inside + "/"):
-            return mapping[inside] + value[len(inside):]
-    return value
+    """Rewrite every container path in `value` that stands as a path of its own: at the start, or after a
+    space, `=`, `:` or a quote (`--dir=/ckpt/x`, `sh -c "echo x > /dev/termination-log"`), and followed by
+    `/`, the end, a space, `:`, `;` or a quote. `/ckptx` or `http://host/ckpt` are left alone."""
+    if not mapping:
+        return value
+    inside = "|".join(re.escape(p) for p in sorted(mapping, key=len, reverse=True))
+    pattern = re.compile(rf"(?:(?<=^)|(?<=[\s=:'\"]))({inside})(?=$|[/\s:;'\"])")
+    return pattern.sub(lambda m: mapping[m.group(1)], value)
 
 
 def build_launch_plan(pod: dict, container: dict, pod_dir: Path, hostpath_root: Path, venv_bin: Path,

@@ -1,0 +1,160 @@
+"""The demo after hack/demo.sh has brought up the cluster and the local node: install the CRD, start the operator
+in the background, run examples/digits.yaml with live progress, kill one trainer worker process midway, and end
+with a summary (accuracy, wall time, restarts, time to recover and where it went).
+
+Environment: DEMO_KILL=0 skips the kill; DEMO_NAMESPACE (ddpjob-demo); DEMO_TIMEOUT seconds (420)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from demo_recovery import RecoveryClock, find_worker_process, parse_trainer_log  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+CLUSTER_DIR = Path(os.environ.get("CLUSTER_DIR", ROOT / ".local-cluster"))
+KUBECTL = str(ROOT / ".cache" / "bin" / "kubectl")
+NAMESPACE = os.environ.get("DEMO_NAMESPACE", "ddpjob-demo")
+EXAMPLE = ROOT / "examples" / "digits.yaml"
+JOB = "digits"
+OPERATOR_PID = CLUSTER_DIR / "pids" / "operator.pid"
+OPERATOR_LOG = CLUSTER_DIR / "logs" / "operator.log"
+CHECKPOINTS = CLUSTER_DIR / "local-node" / "hostpath" / "var" / "lib" / "ddpjob" / "checkpoints"
+
+
+def kubectl(*args: str, check: bool = True, input: str | None = None) -> str:
+    done = subprocess.run([KUBECTL, *args], capture_output=True, text=True, input=input, timeout=120)
+    if check and done.returncode != 0:
+        raise SystemExit(f"kubectl {' '.join(args)} failed: {done.stderr.strip()}")
+    return done.stdout
+
+
+def say(text: str) -> None:
+    print(f"\033[1m>> {text}\033[0m", flush=True)
+
+
+def _alive(pid_file: Path) -> int | None:
+    try:
+        pid = int(pid_file.read_text())
+        os.kill(pid, 0)
+        return pid
+    except (OSError, ValueError):
+        return None
+
+
+def start_operator() -> None:
+    kubectl("apply", "--server-side", "--force-conflicts", "-f", str(ROOT / "crds"))
+    kubectl("wait", "--for=condition=Established", "--timeout=60s", "crd/ddpjobs.ddpjob.dev")
+    pid = _alive(OPERATOR_PID)
+    if pid:
+        say(f"operator already running (pid {pid}, log {OPERATOR_LOG})")
+        return
+    env = {**os.environ, "PYTHONUNBUFFERED": "1",
+           # Progress is read from worker 0's metrics every 2 s so the live lines move.
+           "DDPJOB_PROGRESS_INTERVAL_SECONDS": os.environ.get("DDPJOB_PROGRESS_INTERVAL_SECONDS", "2")}
+    OPERATOR_LOG.parent.mkdir(parents=True, exist_ok=True)
+    with open(OPERATOR_LOG, "ab") as log:
+        # Its own session: it outlives this script; hack/cluster.sh down stops it through the pid file.
+        proc = subprocess.Popen([sys.executable, "-m", "ddpjob_operator",
+                                 "--metrics-port", os.environ.get("DEMO_OPERATOR_METRICS_PORT", "18080"),
+                                 "--liveness-port", os.environ.get("DEMO_OPERATOR_LIVENESS_PORT", "18081")],
+                                stdout=log, stderr=log, stdin=subprocess.DEVNULL, env=env, start_new_session=True)
+    OPERATOR_PID.write_text(f"{proc.pid}\n")
+    say(f"operator started (pid {proc.pid}, log {OPERATOR_LOG})")
+
+
+def fresh_job() -> None:
+    if kubectl("get", "namespace", NAMESPACE, check=False).strip() == "":
+        kubectl("create", "namespace", NAMESPACE)
+    kubectl("-n", NAMESPACE, "delete", "ddpj", JOB, "--ignore-not-found", "--wait=true", "--timeout=60s")
+    deadline = time.monotonic() + 60
+    while kubectl("-n", NAMESPACE, "get", "pods", "-l", f"ddpjob.dev/job-name={JOB}", "-o", "name").strip():
+        if time.monotonic() > deadline:
+            raise SystemExit("old demo pods did not go away")
+        time.sleep(0.5)
+    # A rerun must train from step 0, not resume the last run's final checkpoint.
+    shutil.rmtree(CHECKPOINTS / NAMESPACE / JOB, ignore_errors=True)
+    kubectl("-n", NAMESPACE, "apply", "-f", str(EXAMPLE))
+
+
+def job_status() -> dict:
+    out = kubectl("-n", NAMESPACE, "get", "ddpj", JOB, "-o", "json", check=False)
+    return json.loads(out).get("status", {}) if out else {}
+
+
+def pods() -> list[dict]:
+    out = kubectl("-n", NAMESPACE, "get", "pods", "-l", f"ddpjob.dev/job-name={JOB}", "-o", "json")
+    return json.loads(out)["items"]
+
+
+def live_line(status: dict, elapsed: float, total_steps: int) -> str:
+    progress = status.get("progress") or {}
+    step = progress.get("step", 0)
+    width = 24
+    filled = int(width * min(step, total_steps) / max(total_steps, 1))
+    loss = progress.get("loss")
+    rate = progress.get("samplesPerSecond")
+    return (f"[{elapsed:6.1f}s] {status.get('phase', 'Pending'):<10} [{'#' * filled}{'.' * (width - filled)}] "
+            f"step {step:>4}/{total_steps}  loss {loss if loss is None else f'{loss:.4f}'}  "
+            f"samples/s {rate if rate is None else f'{rate:.0f}'}  restarts {status.get('restarts', 0)} "
+            f"attempt {status.get('attempt', 0)}")
+
+
+def main() -> int:
+    kill = os.environ.get("DEMO_KILL", "1") != "0"
+    timeout = float(os.environ.get("DEMO_TIMEOUT", "420"))
+    total_steps = int(next(a.split("=")[1] for a in EXAMPLE.read_text().split() if a.startswith("--train.steps=")))
+    start_operator()
+    say(f"applying {EXAMPLE.relative_to(ROOT)} in namespace {NAMESPACE} (2 pods x 2 processes, gloo on CPU)")
+    fresh_job()
+    t0 = time.time()
+    clock = RecoveryClock()
+    last = ""
+    status: dict = {}
+    while time.time() - t0 < timeout:
+        status = job_status()
+        clock.observe(status, pods(), time.time())
+        line = live_line(status, time.time() - t0, total_steps)
+        if line.split("] ", 1)[1] != last.split("] ", 1)[-1]:
+            print(line, flush=True)
+            last = line
+        if status.get("phase") in ("Succeeded", "Failed"):
+            break
+        step = (status.get("progress") or {}).get("step", 0)
+        if kill and clock.killed_at is None and step >= total_steps // 2 and status.get("phase") == "Running":
+            victim = find_worker_process(CLUSTER_DIR, pods(), replica="1")
+            if victim:
+                os.kill(victim.pid, signal.SIGKILL)
+                clock.kill(time.time(), step)
+                say(f"killed trainer process pid {victim.pid} ({victim.describe}) of {JOB}-worker-1 at step {step}")
+        time.sleep(0.5)
+    wall = time.time() - t0
+    return summary(status, clock, wall)
+
+
+def summary(status: dict, clock: RecoveryClock, wall: float) -> int:
+    log = kubectl("-n", NAMESPACE, "logs", f"{JOB}-worker-0", "--timestamps", check=False)
+    trainer = parse_trainer_log(log)
+    say("summary")
+    print(f"  phase            {status.get('phase')}  ({(status.get('conditions') or [{}])[-1].get('message', '')})")
+    print(f"  final accuracy   {trainer.accuracy if trainer.accuracy is not None else 'n/a'}")
+    print(f"  wall time        {wall:.1f} s (apply to {status.get('phase', 'end')})")
+    print(f"  restarts         {status.get('restarts', 0)}")
+    if clock.killed_at is not None:
+        for name, seconds in clock.breakdown(trainer):
+            print(f"  {name:<16} {seconds:6.2f} s")
+    if trainer.resumed_step is not None:
+        print(f"  resumed from     step {trainer.resumed_step} (killed at step {clock.killed_step})")
+    return 0 if status.get("phase") == "Succeeded" else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

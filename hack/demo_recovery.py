@@ -1,0 +1,157 @@
+"""Where recovery time goes after a trainer process is killed, shared by `make demo` and the e2e tests:
+detection and pod recreation are observed from the API (job status, pods), process start, rendezvous and
+checkpoint load come from the restarted trainer's own `ready` line, with the local node's log timestamps."""
+
+from __future__ import annotations
+
+import calendar
+import re
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+_PREFIX = re.compile(r"^(\S+) \[job=\S+ attempt=(\S+) rank=(\d+)\] (.*)$")
+_READY = re.compile(r"ready process_s=([\d.]+) rendezvous_s=([\d.]+) checkpoint_load_s=([\d.]+)")
+_STEP = re.compile(r"step=(\d+)/(\d+)")
+_DONE = re.compile(r"done step=(\d+) (\w+)=([\d.]+)")
+_RESUMED = re.compile(r"resumed from checkpoint step=(\d+)")
+
+
+def parse_time(stamp: str) -> float:
+    """RFC 3339 with up to nanoseconds (kubectl logs --timestamps) as epoch seconds."""
+    main, _, frac = stamp.rstrip("Z").partition(".")
+    base = calendar.timegm(time.strptime(main, "%Y-%m-%dT%H:%M:%S"))
+    return base + (float(f"0.{frac}") if frac else 0.0)
+
+
+@dataclass
+class TrainerLog:
+    accuracy: float | None = None
+    metric_name: str = ""
+    resumed_step: int | None = None
+    ready_at: float | None = None
+    process_s: float = 0.0
+    rendezvous_s: float = 0.0
+    checkpoint_load_s: float = 0.0
+    first_step_at: float | None = None
+    steps: list[int] = field(default_factory=list)
+
+
+def parse_trainer_log(text: str) -> TrainerLog:
+    """worker-0's log (with timestamps) of the current attempt: the last `ready` line and what follows it."""
+    out = TrainerLog()
+    for line in text.splitlines():
+        match = _PREFIX.match(line)
+        if not match:
+            continue
+        stamp, body = parse_time(match.group(1)), match.group(4)
+        if (ready := _READY.search(body)):
+            out.ready_at, out.first_step_at = stamp, None
+            out.process_s, out.rendezvous_s, out.checkpoint_load_s = (float(g) for g in ready.groups())
+        elif (resumed := _RESUMED.search(body)):
+            out.resumed_step = int(resumed.group(1))
+        elif (done := _DONE.search(body)):
+            out.metric_name, out.accuracy = done.group(2), float(done.group(3))
+        elif (step := _STEP.search(body)):
+            out.steps.append(int(step.group(1)))
+            if out.ready_at is not None and out.first_step_at is None:
+                out.first_step_at = stamp
+    return out
+
+
+@dataclass
+class RecoveryClock:
+    killed_at: float | None = None
+    killed_step: int = 0
+    restarts_before: int = 0
+    detected_at: float | None = None
+    pods_running_at: float | None = None
+
+    def kill(self, now: float, step: int, restarts: int = 0) -> None:
+        self.killed_at, self.killed_step, self.restarts_before = now, step, restarts
+
+    def observe(self, status: dict, pods: list[dict], now: float) -> None:
+        if self.killed_at is None:
+            return
+        if self.detected_at is None and status.get("restarts", 0) > self.restarts_before:
+            self.detected_at = now
+        attempt = str(status.get("attempt", ""))
+        current = [p for p in pods if p["metadata"]["labels"].get("ddpjob.dev/restart-attempt") == attempt]
+        if (self.detected_at is not None and self.pods_running_at is None and current
+                and len(current) >= int(status.get("replicas") or len(current))
+                and all(p.get("status", {}).get("phase") == "Running" for p in current)):
+            self.pods_running_at = now
+
+    def breakdown(self, trainer: TrainerLog) -> list[tuple[str, float]]:
+        """(phase, seconds) from the kill until training steps advance again."""
+        if None in (self.killed_at, self.detected_at, self.pods_running_at, trainer.ready_at):
+            return [("incomplete", -1.0)]
+        in_process = trainer.ready_at - self.pods_running_at
+        rows = [
+            ("detection", self.detected_at - self.killed_at),
+            ("pod recreation", self.pods_running_at - self.detected_at),
+            ("process start", max(0.0, in_process - trainer.rendezvous_s - trainer.checkpoint_load_s)),
+            ("rendezvous", trainer.rendezvous_s),
+            ("checkpoint load", trainer.checkpoint_load_s),
+        ]
+        end = trainer.first_step_at or trainer.ready_at
+        rows.append(("first steps", max(0.0, end - trainer.ready_at)))
+        rows.append(("recovery total", end - self.killed_at))
+        return rows
+
+
+@dataclass(frozen=True)
+class Victim:
+    pid: int
+    describe: str
+
+
+def _children(pid: int) -> list[int]:
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            ppid = int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        if ppid == pid:
+            found.append(int(proc.name))
+    return found
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return (Path("/proc") / str(pid) / "cmdline").read_bytes().replace(b"\0", b" ").decode().strip()
+    except OSError:
+        return ""
+
+
+def find_worker_process(cluster_dir: Path, pods: list[dict], replica: str) -> Victim | None:
+    """A trainer worker process (a child of torchrun) of the running pod with this replica index. The pod's
+    containerID (`local://<pid>`) names the local node's shim; the workers are below it."""
+    for pod in pods:
+        if pod["metadata"]["labels"].get("ddpjob.dev/replica-index") != replica:
+            continue
+        if pod.get("status", {}).get("phase") != "Running":
+            continue
+        for status in pod["status"].get("containerStatuses") or []:
+            shim = status.get("containerID", "").removeprefix("local://")
+            if not shim.isdigit():
+                continue
+            todo = [int(shim)]
+            while todo:
+                pid = todo.pop()
+                kids = _children(pid)
+                todo += kids
+                line = _cmdline(pid)
+                if "ddp_trainer" in line and "torchrun" not in line and "torchrun" in _cmdline(_parent(pid)):
+                    return Victim(pid, line[:80])
+    return None
+
+
+def _parent(pid: int) -> int:
+    try:
+        return int((Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[1])
+    except (OSError, IndexError, ValueError):
+        return 0

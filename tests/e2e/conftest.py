@@ -1,0 +1,66 @@
+"""Whole DDPJobs on the shared local cluster: the local node agent (started once per session) runs the pods as
+real torchrun processes, and the operator runs as a subprocess scoped to each test's namespace."""
+
+from __future__ import annotations
+
+import copy
+import json
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from support import localnode
+from support.operator import OperatorProcess, install_crds
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "hack"))
+
+EXAMPLE = ROOT / "examples" / "digits.yaml"
+
+
+@pytest.fixture(scope="session")
+def local_node(cluster):
+    started = localnode.start(cluster)
+    yield localnode.node_name()
+    if started:
+        localnode.stop()
+
+
+@pytest.fixture(scope="session")
+def crds(cluster):
+    install_crds(cluster.kubectl)
+
+
+@pytest.fixture
+def operator(cluster, crds, local_node, namespace, tmp_path):
+    proc = OperatorProcess(cluster.kubeconfig, [namespace], tmp_path / "operator.log").start()
+    yield proc
+    proc.stop()
+
+
+def digits_job(name: str = "digits", steps: int = 200, every: int = 20, **spec) -> dict:
+    """examples/digits.yaml with a shorter run: the tests exercise the same manifest `make demo` applies."""
+    job = copy.deepcopy(yaml.safe_load(EXAMPLE.read_text()))
+    job["metadata"]["name"] = name
+    args = job["spec"]["template"]["spec"]["containers"][0]["args"]
+    replaced = {"--train.steps": str(steps), "--checkpoint.every-steps": str(every), "--log.every-steps": "10"}
+    job["spec"]["template"]["spec"]["containers"][0]["args"] = [
+        f"{a.split('=')[0]}={replaced[a.split('=')[0]]}" if a.split("=")[0] in replaced else a for a in args]
+    job["spec"].update(spec)
+    return job
+
+
+def apply_job(cluster, namespace: str, job: dict) -> None:
+    cluster.kubectl("-n", namespace, "apply", "-f", "-", input=json.dumps(job))
+
+
+def job_status(cluster, namespace: str, name: str) -> dict:
+    out = cluster.kubectl("-n", namespace, "get", "ddpj", name, "-o", "json", check=False)
+    return json.loads(out.stdout).get("status", {}) if out.returncode == 0 else {}
+
+
+def pods(cluster, namespace: str, job: str) -> list[dict]:
+    out = cluster.kubectl("-n", namespace, "get", "pods", "-l", f"ddpjob.dev/job-name={job}", "-o", "json")
+    return json.loads(out.stdout)["items"]
