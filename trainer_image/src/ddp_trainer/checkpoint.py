@@ -21,6 +21,15 @@ class CheckpointDiskFull(OSError):
     """The checkpoint volume is full. Raised instead of retrying, so the job fails with a clear cause."""
 
 
+def caused_by_full_disk(error: BaseException | None) -> bool:
+    """torch.save's zip writer turns the ENOSPC OSError into a RuntimeError; look down the chain for it."""
+    while error is not None:
+        if isinstance(error, OSError) and error.errno == errno.ENOSPC:
+            return True
+        error = error.__cause__ or error.__context__
+    return False
+
+
 class CheckpointStore:
     def __init__(self, directory: str | Path, keep: int = 3, warn: Callable[[str], None] = print):
         self.directory = Path(directory)
@@ -47,9 +56,9 @@ class CheckpointStore:
                 os.fsync(f.fileno())
             os.replace(tmp, final)
             self._fsync_directory()
-        except OSError as e:
+        except (OSError, RuntimeError) as e:
             tmp.unlink(missing_ok=True)
-            if e.errno == errno.ENOSPC:
+            if caused_by_full_disk(e):
                 raise CheckpointDiskFull(
                     errno.ENOSPC, f"checkpoint volume full: cannot write step {state['step']} to {self.directory} "
                     "(no space left on device); free space or enlarge the volume, then restart the job") from e

@@ -56,10 +56,27 @@ def choose_device(env: DistEnv) -> torch.device:
     return torch.device("cpu")
 
 
+def attempt_store(env: DistEnv, timeout: timedelta, environ=None) -> dist.Store | None:
+    """torchrun's workers share the agent's rendezvous TCPStore, and this torch no longer prefixes it per
+    restart: after an in-place restart (--max-restarts), the new group would read the dead group's gloo/NCCL
+    addresses and fail to connect. A prefix per restart count keeps each attempt's keys apart, as torch used to.
+    None when the agent does not share its store (env:// then works as is)."""
+    e = os.environ if environ is None else environ
+    if e.get("TORCHELASTIC_USE_AGENT_STORE") != "True":
+        return None
+    shared = dist.TCPStore(e["MASTER_ADDR"], int(e["MASTER_PORT"]), env.world_size, is_master=False,
+                           timeout=timeout)
+    return dist.PrefixStore(f"/ddp_trainer/attempt_{env.restart_count}", shared)
+
+
 def init_process_group(env: DistEnv, device: torch.device) -> float:
     """Join the group and return how long it took (the rendezvous part of a recovery)."""
     started = time.monotonic()
-    kwargs = {"backend": choose_backend(), "timeout": collective_timeout()}
+    timeout = collective_timeout()
+    kwargs = {"backend": choose_backend(), "timeout": timeout}
+    store = attempt_store(env, timeout)
+    if store is not None:
+        kwargs.update(store=store, rank=env.rank, world_size=env.world_size)
     if device.type == "cuda":
         kwargs["device_id"] = device  # eager NCCL init, so a bad peer shows up here and not at step 1
     dist.init_process_group(**kwargs)

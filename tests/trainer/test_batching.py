@@ -1,0 +1,99 @@
+"""The B/N split with remainders, LR scaling, the sample position, and the sampler's world-size-free order."""
+
+import pytest
+
+from ddp_trainer.batching import (SamplePosition, global_batch_size, loss_scale, rank_slice, scaled_lr,
+                                  split_sizes)
+from ddp_trainer.lr_schedule import LearningRateSchedule
+from ddp_trainer.sampler import GlobalBatchSampler
+
+
+@pytest.mark.parametrize("total, parts, want", [
+    (8, 2, [4, 4]), (10, 4, [3, 3, 2, 2]), (7, 3, [3, 2, 2]), (3, 3, [1, 1, 1]), (5, 1, [5]), (2, 4, [1, 1, 0, 0]),
+])
+def test_split_sizes(total, parts, want):
+    assert split_sizes(total, parts) == want
+    assert sum(split_sizes(total, parts)) == total
+
+
+def test_rank_slices_tile_the_global_batch():
+    slices = [rank_slice(10, 4, r) for r in range(4)]
+    assert [(s.start, s.stop) for s in slices] == [(0, 3), (3, 6), (6, 8), (8, 10)]
+
+
+@pytest.mark.parametrize("world, per_rank, fixed, want", [(2, 32, 0, 64), (3, 32, 0, 96), (3, 32, 10, 10)])
+def test_global_batch(world, per_rank, fixed, want):
+    assert global_batch_size(world, per_rank, fixed) == want
+
+
+def test_global_batch_smaller_than_world_is_an_error():
+    with pytest.raises(ValueError, match="global batch 3 is smaller than the world size 4"):
+        global_batch_size(4, 32, 3)
+
+
+def test_split_into_zero_parts_is_an_error():
+    with pytest.raises(ValueError, match="cannot split into 0 parts"):
+        split_sizes(4, 0)
+
+
+def test_loss_scale_gives_the_global_mean_after_ddp_averaging():
+    # ranks hold 3,3,2,2 of B=10; each sums its losses x N/B; DDP divides the sum of ranks by N
+    per_sample = list(range(10))
+    ranks = [per_sample[rank_slice(10, 4, r)] for r in range(4)]
+    averaged = sum(sum(share) * loss_scale(4, 10) for share in ranks) / 4
+    assert averaged == pytest.approx(sum(per_sample) / 10)
+
+
+@pytest.mark.parametrize("world, scaling, want", [(1, "linear", 0.1), (4, "linear", 0.4), (4, "none", 0.1)])
+def test_lr_scaling(world, scaling, want):
+    assert scaled_lr(0.1, world, scaling) == pytest.approx(want)
+
+
+def test_unknown_lr_scaling_is_an_error():
+    with pytest.raises(ValueError, match="unknown lr scaling 'sqrt'"):
+        scaled_lr(0.1, 2, "sqrt")
+
+
+def test_schedule_warms_up_then_decays_to_the_floor():
+    s = LearningRateSchedule(peak_lr=1.0, total_steps=10, warmup_steps=2, decay="cosine", min_lr_ratio=0.1)
+    assert [round(s.lr_at(i), 3) for i in (0, 1, 2)] == [0.5, 1.0, 1.0]
+    assert s.lr_at(10) == pytest.approx(0.1)
+    assert LearningRateSchedule(peak_lr=0.3, total_steps=5, decay="constant").lr_at(4) == 0.3
+
+
+def test_sample_position_drops_the_tail_of_an_epoch():
+    p = SamplePosition()
+    for _ in range(3):
+        p = p.after_batch(30, 100)
+    assert p == SamplePosition(0, 90)
+    assert p.after_batch(30, 100) == SamplePosition(1, 30)  # 10 left over: skipped, as drop_last does
+
+
+def test_batch_larger_than_data_set_is_an_error():
+    with pytest.raises(ValueError, match="global batch 200 is larger than the data set \\(100 samples\\)"):
+        SamplePosition().after_batch(200, 100)
+
+
+def global_order(world: int, batch: int, steps: int, start=SamplePosition(), n=50):
+    samplers = [iter(GlobalBatchSampler(range(n), world, r, batch, start, seed=3)) for r in range(world)]
+    return [[i for s in samplers for i in next(s)] for _ in range(steps)]
+
+
+def test_sampler_order_is_the_same_at_any_world_size():
+    reference = global_order(1, 12, 9)  # crosses 2 epoch boundaries (50 // 12 = 4 steps per epoch)
+    assert global_order(2, 12, 9) == reference
+    assert global_order(5, 12, 9) == reference  # 3,3,2,2,2
+
+
+def test_sampler_reshuffles_each_epoch_and_covers_it():
+    order = global_order(2, 10, 10)
+    assert sorted(i for step in order[:5] for i in step) == list(range(50))
+    assert order[:5] != order[5:]
+
+
+def test_sampler_resumes_mid_epoch_at_another_world_size():
+    straight = global_order(2, 12, 7)
+    position = SamplePosition()
+    for _ in range(3):
+        position = position.after_batch(12, 50)
+    assert global_order(3, 12, 4, start=position) == straight[3:]

@@ -1,0 +1,64 @@
+"""Flags and env: every flag also from DDP_TRAINER_*, flags win, bad values name the flag or variable."""
+
+import pytest
+
+from ddp_trainer.config import ConfigError, env_name, flag_name, parse_config
+
+
+@pytest.mark.parametrize("argv, environ, field, want", [
+    ([], {}, ("train", "steps"), 200),
+    (["--train.steps", "7"], {}, ("train", "steps"), 7),
+    ([], {"DDP_TRAINER_TRAIN_STEPS": "9"}, ("train", "steps"), 9),
+    (["--train.steps=7"], {"DDP_TRAINER_TRAIN_STEPS": "9"}, ("train", "steps"), 7),
+    (["--checkpoint.dir", "/ck", "--checkpoint.every-steps", "5"], {}, ("checkpoint", "every_steps"), 5),
+    ([], {"DDP_TRAINER_CHECKPOINT_DIR": "/ck"}, ("checkpoint", "dir"), "/ck"),
+    ([], {"DDP_TRAINER_DDP_SYNC_BATCHNORM": "true"}, ("ddp", "sync_batchnorm"), True),
+    (["--ddp.static-graph", "1"], {}, ("ddp", "static_graph"), True),
+    (["--ddp.bucket-cap-mb", "50"], {}, ("ddp", "bucket_cap_mb"), 50.0),
+    (["--metrics.port", "0"], {"DDP_TRAINER_METRICS_PORT": "9500"}, ("metrics", "port"), 0),
+    (["--workload", "gpt"], {"DDP_TRAINER_WORKLOAD": "cnn"}, (None, "workload"), "gpt"),
+    ([], {"DDP_TRAINER_ENTRYPOINT": "pkg.mod:build"}, (None, "entrypoint"), "pkg.mod:build"),
+])
+def test_flags_and_env(argv, environ, field, want):
+    cfg = parse_config(argv, environ)
+    section, name = field
+    assert getattr(getattr(cfg, section) if section else cfg, name) == want
+
+
+def test_names_follow_one_rule():
+    assert flag_name("checkpoint", "every_steps") == "--checkpoint.every-steps"
+    assert env_name("checkpoint", "every_steps") == "DDP_TRAINER_CHECKPOINT_EVERY_STEPS"
+    assert flag_name(None, "workload") == "--workload"
+    assert env_name(None, "workload") == "DDP_TRAINER_WORKLOAD"
+
+
+@pytest.mark.parametrize("argv, environ, message", [
+    ([], {"DDP_TRAINER_TRAIN_STEPS": "ten"}, "env DDP_TRAINER_TRAIN_STEPS: expected int, got 'ten'"),
+    (["--train.lr", "fast"], {}, "--train.lr: expected float, got 'fast'"),
+    (["--ddp.compile", "maybe"], {}, "--ddp.compile: expected a boolean (true/false/1/0), got 'maybe'"),
+    (["--workload", "resnet"], {}, "--workload must be one of digits, cnn, gpt, got 'resnet'"),
+    (["--train.steps", "0"], {}, "--train.steps must be >= 1, got 0"),
+    (["--train.grad-accum-steps", "0"], {}, "--train.grad-accum-steps must be >= 1, got 0"),
+    (["--train.lr-scaling", "sqrt"], {}, "--train.lr-scaling must be linear or none, got 'sqrt'"),
+    (["--train.decay", "step"], {}, "--train.decay must be cosine or constant, got 'step'"),
+    (["--train.optimizer", "lamb"], {}, "--train.optimizer must be adamw or sgd, got 'lamb'"),
+    (["--ddp.comm-hook", "fp8"], {}, "--ddp.comm-hook must be none or bf16, got 'fp8'"),
+    (["--ddp.autocast", "fp16"], {}, "--ddp.autocast must be auto, bf16 or off, got 'fp16'"),
+    (["--checkpoint.keep", "0"], {}, "--checkpoint.keep must be >= 1, got 0"),
+    (["--metrics.port", "70000"], {}, "--metrics.port must be in 0..65535, got 70000"),
+    (["--train.batch-size-per-rank", "0"], {}, "--train.global-batch-size must be > 0, or --train.batch-size-per-rank >= 1"),
+])
+def test_bad_values_name_the_flag_or_variable(argv, environ, message):
+    with pytest.raises(ConfigError) as e:
+        parse_config(argv, environ)
+    assert message in str(e.value)
+
+
+def test_unknown_flag_is_rejected(capsys):
+    with pytest.raises(SystemExit):
+        parse_config(["--train.stepz", "3"], {})
+    assert "unrecognized arguments: --train.stepz" in capsys.readouterr().err
+
+
+def test_entrypoint_lifts_the_workload_check():
+    assert parse_config(["--workload", "custom", "--entrypoint", "m:f"], {}).entrypoint == "m:f"
