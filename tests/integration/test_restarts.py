@@ -4,6 +4,7 @@ Never fail at once; a pod stuck Terminating on a NotReady node does not block th
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 
@@ -109,47 +110,55 @@ def test_job_succeeds_when_all_pods_succeed(kube, operator):
     assert operator.metric("ddpjob_jobs_succeeded_total") == 1
 
 
-@pytest.fixture
-def spare_node(cluster, request):
-    """A node of our own for a test that takes it down (the shared kwok nodes stay healthy)."""
-    name = f"spare-{request.node.name[-20:].lower().replace('_', '-')}"[:50].strip("-")
-    node = {"apiVersion": "v1", "kind": "Node", "metadata": {
-        "name": name, "annotations": {"kwok.x-k8s.io/node": "fake"},
-        "labels": {"type": "kwok-spare", "kubernetes.io/hostname": name, "spare": name}},
-        "spec": {"taints": [{"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}]},
-        "status": {"capacity": {"cpu": "64", "memory": "512Gi", "pods": "110", "nvidia.com/gpu": "8"},
-                   "allocatable": {"cpu": "64", "memory": "512Gi", "pods": "110", "nvidia.com/gpu": "8"}}}
-    cluster.kubectl("apply", "-f", "-", input=json.dumps(node))
-    wait_until(lambda: cluster.kubectl("get", "node", name, "-o",
-                                       "jsonpath={.status.conditions[?(@.type=='Ready')].status}").stdout == "True",
-               timeout=60, what=f"node {name} Ready")
-    yield name
-    cluster.kubectl("delete", "node", name, "--wait=false", check=False)
-
-
-def take_node_down(cluster, node: str) -> None:
-    # kwok stops managing the node (and its pods), like a kubelet that died; then it is marked NotReady.
-    cluster.kubectl("annotate", "node", node, "kwok.x-k8s.io/node-")
-    now = __import__("time").strftime("%Y-%m-%dT%H:%M:%SZ", __import__("time").gmtime())
-    patch = {"status": {"conditions": [{"type": "Ready", "status": "False", "reason": "KubeletStopped",
-                                        "message": "simulated node failure", "lastHeartbeatTime": now,
+def set_node_ready(cluster, node: str, ready: bool) -> None:
+    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    patch = {"status": {"conditions": [{"type": "Ready", "status": "True" if ready else "False",
+                                        "reason": "KubeletReady" if ready else "KubeletStopped",
+                                        "message": "simulated", "lastHeartbeatTime": now,
                                         "lastTransitionTime": now}]}}
     cluster.kubectl("patch", "node", node, "--subresource=status", "--type=strategic", "-p", json.dumps(patch))
 
 
-def test_pod_on_a_node_that_went_notready_is_replaced_and_force_deleted(kube, operator, cluster, spare_node):
+@pytest.fixture
+def spare_node(cluster, namespace):
+    """A node of our own that no kwok manages, so nothing runs or removes its pods: like a node whose kubelet
+    died. The test drives its Ready condition and its pods' status by hand."""
+    name = f"spare-{namespace}"[:60]
+    node = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": {"spare": name}},
+            "status": {"capacity": {"cpu": "64", "memory": "512Gi", "pods": "110", "nvidia.com/gpu": "8"},
+                       "allocatable": {"cpu": "64", "memory": "512Gi", "pods": "110", "nvidia.com/gpu": "8"}}}
+    cluster.kubectl("apply", "-f", "-", input=json.dumps(node))
+    set_node_ready(cluster, name, True)
+    yield name
+    cluster.kubectl("delete", "node", name, "--wait=false", check=False)
+
+
+def mark_running(kube, pod: str) -> None:
+    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    patch = {"status": {"phase": "Running", "podIP": "10.250.0.9", "containerStatuses": [{
+        "name": "trainer", "ready": True, "restartCount": 0, "image": "example.invalid/trainer:1", "imageID": "",
+        "state": {"running": {"startedAt": now}}}]}}
+    kube("patch", "pod", pod, "--subresource=status", "--type=merge", "-p", json.dumps(patch))
+
+
+def test_pod_stuck_terminating_on_a_notready_node_is_force_deleted_and_replaced(kube, operator, cluster,
+                                                                                spare_node):
     job = ddpjob("nl", replicas=1, gpus=8)
-    job["spec"]["template"]["spec"]["nodeSelector"] = {"spare": spare_node}
+    job["spec"]["template"]["spec"]["nodeName"] = spare_node  # bound directly: no scheduler, no kwok
     kube.apply(job)
-    kube.running_pods("nl", attempt=0, n=1)
-    take_node_down(cluster, spare_node)
-    # The restart is decided after the node-lost grace; the old pod cannot terminate (no kubelet), so the
-    # operator force-deletes it, and the new pod (same name) is created. It stays Pending: its only node is down.
+    wait_until(lambda: kube.pods("nl"), timeout=30, what="pod created")
+    old_uid = kube.pods("nl")[0]["metadata"]["uid"]
+    mark_running(kube, "nl-worker-0")
+    kube.wait_phase("nl", "Running")
+    set_node_ready(cluster, spare_node, False)
+    # After the node-lost grace the group restarts; the old pod's deletion is never confirmed (no kubelet), so it
+    # sits Terminating until the operator force-deletes it; then attempt 1's pod (same name) is created.
     status = kube.wait_status("nl", lambda s: s.get("attempt") == 1 and s.get("launchedAttempt") == 1, timeout=60,
                               what="attempt 1 launched")
     assert status["restarts"] == 1
     assert status["lastFailure"]["kind"] == "NodeLost"
     assert status["lastFailure"]["message"] == f"node {spare_node} is not Ready"
     pods = kube.pods("nl")
-    assert [p["metadata"]["labels"]["ddpjob.dev/restart-attempt"] for p in pods] == ["1"]
+    assert [(p["metadata"]["labels"]["ddpjob.dev/restart-attempt"], p["metadata"]["uid"] != old_uid)
+            for p in pods] == [("1", True)]
     assert "force-deleted pod" in operator.log()

@@ -75,6 +75,10 @@ class OperatorProcess:
             self.proc.wait(timeout=30)
 
     def stop(self) -> None:
+        """SIGKILL: the operator is built to be killed at any moment, and kopf's graceful exit takes seconds."""
+        self.kill(signal.SIGKILL)
+
+    def terminate(self) -> None:
         if self.proc and self.proc.poll() is None:
             self.proc.terminate()
             try:

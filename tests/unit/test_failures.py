@@ -24,6 +24,10 @@ NODES = {"node-0": make_node("node-0"), "down": make_node("down", ready=False, s
     ("node NotReady past grace", make_pod().on_node("down").build(), f.NODE_LOST, None),
     ("node NotReady within grace", make_pod().on_node("flapping").build(), None, None),
     ("node gone", make_pod().on_node("vanished").build(), f.NODE_LOST, None),
+    ("placed on an already NotReady node", {**make_pod().on_node("down").build(), "metadata": {
+        **make_pod().build()["metadata"], "creationTimestamp": "2026-01-01T11:59:30Z"}}, None, None),
+    ("node went NotReady after the pod started", {**make_pod().on_node("down").build(), "metadata": {
+        **make_pod().build()["metadata"], "creationTimestamp": "2026-01-01T11:58:00Z"}}, f.NODE_LOST, None),
     ("failed without container status", {**make_pod().build(), "status": {"phase": "Failed"}}, f.UNKNOWN, None),
     ("phase Unknown", {**make_pod().build(), "status": {"phase": "Unknown"}}, f.NODE_LOST, None),
 ])

@@ -63,6 +63,11 @@ def node_lost(pod: dict[str, Any], nodes: dict[str, dict], now: datetime, grace_
     ready, since = node_ready(nodes[node_name])
     if ready:
         return False
+    created = parse_time(pod["metadata"].get("creationTimestamp"))
+    if since is not None and created is not None and since < created:
+        # The node was already down when this pod was put on it: the pod never ran there, so restarting the
+        # group would only put it back (a pinned nodeName) and burn the budget. It waits like any Pending pod.
+        return False
     return since is None or (now - since).total_seconds() >= grace_seconds
 
 

@@ -36,6 +36,11 @@ def build_registry(config: OperatorConfig) -> kopf.OperatorRegistry:
     registry = kopf.OperatorRegistry()
     rt = Runtime(config)
 
+    @kopf.on.login(registry=registry)
+    def login(**kwargs):
+        # A private registry gets no default login handler: use the same $KUBECONFIG/in-cluster config as ours.
+        return kopf.login_via_client(**kwargs)
+
     @kopf.on.startup(registry=registry)
     async def startup(settings: kopf.OperatorSettings, **_):
         settings.posting.enabled = False  # events are ours, posted after the status write
