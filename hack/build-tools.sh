@@ -5,6 +5,7 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 bin="$root/.cache/bin"
 mkdir -p "$bin"
+shared_cache=${DDPJOB_TOOLS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/ddpjob-operator/bin}
 export GOFLAGS=-mod=mod GOTOOLCHAIN=local CGO_ENABLED=0
 
 build() { # build <tool-dir> <output-name> <package>
@@ -15,10 +16,18 @@ build() { # build <tool-dir> <output-name> <package>
   if [[ -x "$bin/$out" && -f "$stamp" && "$(cat "$stamp")" == "$want" ]]; then
     return 0
   fi
+  # A per-user cache outside the checkout lets a fresh clone (CI) reuse binaries built from the same pins.
+  local shared="$shared_cache/$out-$want"
+  if [[ -x "$shared" ]]; then
+    cp "$shared" "$bin/$out"
+    echo "$want" >"$stamp"
+    return 0
+  fi
   echo ">> building $out from $pkg"
   local t0=$SECONDS
   (cd "$dir" && go build -trimpath -ldflags='-s -w' -o "$bin/$out" "$pkg")
   echo "$want" >"$stamp"
+  mkdir -p "$shared_cache" && cp "$bin/$out" "$shared.tmp" && mv "$shared.tmp" "$shared"
   echo ">> $out built in $((SECONDS - t0))s"
 }
 

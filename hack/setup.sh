@@ -22,4 +22,6 @@ fi
 
 if [[ "${SKIP_TOOLS:-0}" != 1 ]]; then
   bash "$root/hack/build-tools.sh"
+  # promtool and prometheus (Debian's package) for the chart's rule tests and the real-scrape test.
+  bash "$root/hack/install-prometheus.sh"
 fi
