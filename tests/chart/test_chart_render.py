@@ -79,11 +79,12 @@ def test_every_rbac_rule_carries_a_comment_saying_why():
 def test_ha_runs_a_standby_with_a_lower_kopf_priority():
     docs = render({"ha.enabled": "true"})
     deployments = {d["metadata"]["name"]: d for d in find(docs, "Deployment")}
-    assert set(deployments) == {"ddpjob-operator", "ddpjob-operator-standby"}
+    assert set(deployments) == {"ddpjob-ddpjob-operator", "ddpjob-ddpjob-operator-standby"}
     args = {name: d["spec"]["template"]["spec"]["containers"][0]["args"] for name, d in deployments.items()}
-    assert "--priority=100" in args["ddpjob-operator"] and "--priority=50" in args["ddpjob-operator-standby"]
-    assert all("--peering=ddpjob-operator" in a for a in args.values())
-    assert one(docs, "ClusterKopfPeering")["metadata"]["name"] == "ddpjob-operator"
+    assert "--priority=100" in args["ddpjob-ddpjob-operator"]
+    assert "--priority=50" in args["ddpjob-ddpjob-operator-standby"]
+    assert all("--peering=ddpjob-ddpjob-operator" in a for a in args.values())
+    assert one(docs, "ClusterKopfPeering")["metadata"]["name"] == "ddpjob-ddpjob-operator"
 
 
 def test_ha_rejects_a_standby_priority_that_is_not_lower():
@@ -94,12 +95,14 @@ def test_ha_rejects_a_standby_priority_that_is_not_lower():
 
 
 @pytest.mark.parametrize("flag,message", [
-    ("singelNamespace=true", "additional properties 'singelNamespace' not allowed"),
-    ("metrics.serviceMonitor.enabeld=true", "additional properties 'enabeld' not allowed"),
-    ("rbac.create=yes", "rbac.create"),
-    ("metrics.port=http", "metrics.port"),
-    ("image.pullPolicy=Sometimes", "image.pullPolicy"),
-    ("prometheusRule.restartStormWindow=30 minutes", "prometheusRule.restartStormWindow"),
+    ("singelNamespace=true", "at '': additional properties 'singelNamespace' not allowed"),
+    ("metrics.serviceMonitor.enabeld=true",
+     "at '/metrics/serviceMonitor': additional properties 'enabeld' not allowed"),
+    ("rbac.create=yes", "at '/rbac/create': got string, want boolean"),
+    ("metrics.port=http", "at '/metrics/port': got string, want integer"),
+    ("image.pullPolicy=Sometimes", "at '/image/pullPolicy': value must be one of 'Always', 'IfNotPresent', 'Never'"),
+    ("prometheusRule.restartStormWindow=30 minutes", "at '/prometheusRule/restartStormWindow': '30 minutes' does not match pattern"),
+    ("prometheusRule.stragglerFactor=1", "at '/prometheusRule/stragglerFactor': exclusiveMinimum: got 1, want 1"),
 ])
 def test_schema_rejects_typos_and_wrong_types(flag, message):
     set_kind = "--set-string" if flag.startswith(("rbac.", "metrics.port")) else "--set"
