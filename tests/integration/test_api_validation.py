@@ -6,9 +6,21 @@ from __future__ import annotations
 import copy
 import json
 
+import uuid
+
 import pytest
 
+from namespaced_kubectl import Kube
 from ddpjob_manifests import ddpjob
+
+
+@pytest.fixture(scope="module")
+def kube(cluster, crds):
+    """One namespace for the whole module: nothing here needs an operator, and most objects are refused."""
+    name = f"t-api-validation-{uuid.uuid4().hex[:5]}"
+    cluster.kubectl("create", "namespace", name)
+    yield Kube(cluster, name)
+    cluster.kubectl("delete", "namespace", name, "--wait=false", check=False)
 
 
 def with_spec(**changes) -> dict:
@@ -92,8 +104,9 @@ def test_defaults_are_applied(kube, crds):
      "spec.template may only change while the job is suspended"),
 ])
 def test_immutable_fields(kube, crds, name, patch, message):
-    kube("create", "-f", "-", input=json.dumps(ddpjob("imm", replicas=1)))
-    res = kube("patch", "ddpjob", "imm", "--type=merge", "-p", json.dumps(patch), check=False)
+    job = f"imm-{uuid.uuid4().hex[:5]}"
+    kube("create", "-f", "-", input=json.dumps(ddpjob(job, replicas=1)))
+    res = kube("patch", "ddpjob", job, "--type=merge", "-p", json.dumps(patch), check=False)
     assert res.returncode != 0, f"{name}: accepted"
     assert message in res.stderr, res.stderr
 

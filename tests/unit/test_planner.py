@@ -102,6 +102,8 @@ def test_next_pass_deletes_old_attempt_then_creates_new_one():
     assert plan.delete_pods == ["a-worker-0", "a-worker-1"]
     assert created(plan) == []  # names still taken
     assert plan.requeue_after == 1.0
+    plan = plan_for(job, [make_pod("a", 1, 0).terminating().build()])
+    assert created(plan) == [], "no new pod while any pod of the old group remains"
     plan = plan_for(job, [])
     assert created(plan) == [("a-worker-0", "1"), ("a-worker-1", "1")]
     env = {e["name"]: e.get("value") for e in plan.create_pods[0]["spec"]["containers"][0]["env"]}

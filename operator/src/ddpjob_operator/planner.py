@@ -322,14 +322,15 @@ def _create_missing(obs: Observed, ref: JobRef, spec: JobSpec, status: dict[str,
     if not_before is not None and obs.now < not_before:
         plan.requeue((not_before - obs.now).total_seconds())
         return
-    # Same names across attempts: wait until the earlier attempt's pod is gone (its deletion wakes us up).
+    if pods.stale:
+        # The old group must be gone first: pod names are reused across attempts, an old rank must never reach
+        # the new rendezvous, and the job never has more pods than replicas (their deletion wakes us up).
+        plan.requeue(1.0)
+        return
     free = [i for i in missing if api.worker_name(ref.name, i) not in pods.by_name]
     for index in free:
         plan.create_pods.append(build_worker_pod(ref, spec, index=index, attempt=attempt,
                                                  restarts=status.get("restarts", 0)))
-    if len(free) < len(missing):
-        plan.requeue(1.0)
-        return
     status["launchedAttempt"] = attempt
     status.pop("nextAttemptTime", None)
     status.setdefault("startTime", format_time(obs.now))
