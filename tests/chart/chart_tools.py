@@ -13,8 +13,6 @@ ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "charts" / "ddpjob-operator"
 BIN = ROOT / ".cache" / "bin"
 HELM = BIN / "helm"
-# helm built from source renders for Kubernetes v1.20 unless told; the local cluster runs v1.36.
-KUBE_VERSION = "v1.36.3"
 
 # Every toggle on: what `helm template` must also render cleanly.
 ALL_FEATURES = {
@@ -42,8 +40,6 @@ def binary(name: str) -> str:
 def helm(*args: str, check: bool = True, kubeconfig: Path | None = None,
          timeout: float = 120) -> subprocess.CompletedProcess:
     cmd = [binary("helm"), *args]
-    if args and args[0] == "template":
-        cmd += ["--kube-version", KUBE_VERSION]
     if kubeconfig is not None:
         cmd += ["--kubeconfig", str(kubeconfig)]
     result = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
