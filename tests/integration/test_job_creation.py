@@ -100,3 +100,16 @@ def test_deleting_the_job_cascades_while_the_operator_is_down(kube, operator):
     operator.kill()
     kube("delete", "ddpjob", "orphan", "--wait=true", "--timeout=30s")
     wait_until(lambda: not kube.pods("orphan"), timeout=60, what="pods garbage-collected without the operator")
+
+
+def test_template_that_makes_an_invalid_pod_fails_the_job_with_the_servers_message(kube, operator):
+    job = ddpjob("badpod", replicas=1, gpus=1)
+    job["spec"]["template"]["spec"]["containers"][0]["imagePullPolicy"] = "Sometimes"
+    kube.apply(job)
+    status = kube.wait_phase("badpod", "Failed", timeout=30)
+    failed = next(c for c in status["conditions"] if c["type"] == "Failed")
+    assert failed["reason"] == "InvalidPodTemplate"
+    assert failed["message"].startswith("pod badpod-worker-0 was rejected by the API server: ")
+    assert 'Unsupported value: "Sometimes"' in failed["message"]
+    assert kube.pods("badpod") == []
+    assert "InvalidPodTemplate" in {e["reason"] for e in kube.events("badpod")}
