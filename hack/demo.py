@@ -63,7 +63,8 @@ def start_operator() -> None:
     OPERATOR_LOG.parent.mkdir(parents=True, exist_ok=True)
     with open(OPERATOR_LOG, "ab") as log:
         # Its own session: it outlives this script; hack/cluster.sh down stops it through the pid file.
-        proc = subprocess.Popen([sys.executable, "-m", "ddpjob_operator",
+        # Scoped to the demo's namespace: other operators (tests) may be running against the same cluster.
+        proc = subprocess.Popen([sys.executable, "-m", "ddpjob_operator", "--namespace", NAMESPACE,
                                  "--metrics-port", os.environ.get("DEMO_OPERATOR_METRICS_PORT", "18080"),
                                  "--liveness-port", os.environ.get("DEMO_OPERATOR_LIVENESS_PORT", "18081")],
                                 stdout=log, stderr=log, stdin=subprocess.DEVNULL, env=env, start_new_session=True)
@@ -95,16 +96,27 @@ def pods() -> list[dict]:
     return json.loads(out)["items"]
 
 
-def live_line(status: dict, elapsed: float, total_steps: int) -> str:
-    progress = status.get("progress") or {}
+def log_progress() -> dict:
+    """The newest progress line of worker 0: fresher than status.progress, which the operator scrapes every
+    few seconds."""
+    text = kubectl("-n", NAMESPACE, "logs", f"{JOB}-worker-0", "--tail=10", check=False)
+    for line in reversed(text.splitlines()):
+        fields = dict(part.split("=", 1) for part in line.split() if "=" in part)
+        if "step" in fields and "/" in fields["step"] and "loss" in fields:
+            return {"step": int(fields["step"].split("/")[0]), "loss": float(fields["loss"]),
+                    "samplesPerSecond": float(fields.get("samples/s", "nan"))}
+    return {}
+
+
+def live_line(status: dict, progress: dict, elapsed: float, total_steps: int) -> str:
     step = progress.get("step", 0)
     width = 24
     filled = int(width * min(step, total_steps) / max(total_steps, 1))
     loss = progress.get("loss")
     rate = progress.get("samplesPerSecond")
     return (f"[{elapsed:6.1f}s] {status.get('phase', 'Pending'):<10} [{'#' * filled}{'.' * (width - filled)}] "
-            f"step {step:>4}/{total_steps}  loss {loss if loss is None else f'{loss:.4f}'}  "
-            f"samples/s {rate if rate is None else f'{rate:.0f}'}  restarts {status.get('restarts', 0)} "
+            f"step {step:>4}/{total_steps}  loss {'-' if loss is None else f'{loss:.4f}'}  "
+            f"samples/s {'-' if rate is None else f'{rate:.0f}'}  restarts {status.get('restarts', 0)} "
             f"attempt {status.get('attempt', 0)}")
 
 
@@ -122,18 +134,20 @@ def main() -> int:
     while time.time() - t0 < timeout:
         status = job_status()
         clock.observe(status, pods(), time.time())
-        line = live_line(status, time.time() - t0, total_steps)
+        progress = log_progress() if status.get("phase") in ("Running", "Restarting") else {}
+        progress = max(progress, status.get("progress") or {}, key=lambda p: p.get("step", 0))
+        line = live_line(status, progress, time.time() - t0, total_steps)
         if line.split("] ", 1)[1] != last.split("] ", 1)[-1]:
             print(line, flush=True)
             last = line
         if status.get("phase") in ("Succeeded", "Failed"):
             break
-        step = (status.get("progress") or {}).get("step", 0)
+        step = progress.get("step", 0)
         if kill and clock.killed_at is None and step >= total_steps // 2 and status.get("phase") == "Running":
             victim = find_worker_process(CLUSTER_DIR, pods(), replica="1")
             if victim:
                 os.kill(victim.pid, signal.SIGKILL)
-                clock.kill(time.time(), step)
+                clock.kill(time.time(), step, status.get("restarts", 0))
                 say(f"killed trainer process pid {victim.pid} ({victim.describe}) of {JOB}-worker-1 at step {step}")
         time.sleep(0.5)
     wall = time.time() - t0

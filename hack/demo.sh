@@ -10,12 +10,24 @@ export KUBECONFIG="$root/.local-cluster/kubeconfig"
 py="$root/.venv/bin/python"
 t0=$SECONDS
 
+# A cluster that was already up (tests, another session) is reused and left running whatever DEMO_KEEP_CLUSTER says.
+was_up=0
+bash "$root/hack/cluster.sh" status >/dev/null 2>&1 && was_up=1
+agent_was_up=0
+"$py" -m ddpjob_localnode status >/dev/null 2>&1 && agent_was_up=1
 bash "$root/hack/cluster.sh" up
 "$py" -m ddpjob_localnode start
 rc=0
 "$py" "$root/hack/demo.py" || rc=$?
 
-if [[ "${DEMO_KEEP_CLUSTER:-0}" == 1 ]]; then
+if [[ $was_up == 1 ]]; then
+  echo ">> the cluster was already up before the demo: left running (operator log: .local-cluster/logs/operator.log)"
+  if [[ "${DEMO_KEEP_CLUSTER:-0}" != 1 ]]; then
+    pid_file="$root/.local-cluster/pids/operator.pid"
+    [[ -f $pid_file ]] && { kill "$(cat "$pid_file")" 2>/dev/null || true; rm -f "$pid_file"; }
+    [[ $agent_was_up == 1 ]] || "$py" -m ddpjob_localnode stop
+  fi
+elif [[ "${DEMO_KEEP_CLUSTER:-0}" == 1 ]]; then
   echo ">> cluster, local node and operator left running (DEMO_KEEP_CLUSTER=1):"
   echo "   export KUBECONFIG=$KUBECONFIG PATH=$root/.cache/bin:\$PATH"
   echo "   kubectl -n ${DEMO_NAMESPACE:-ddpjob-demo} get ddpj,pods -o wide; make cluster-down when done"

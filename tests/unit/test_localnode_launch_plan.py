@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from ddpjob_localnode.env_expansion import container_env, expand, field_ref
-from ddpjob_localnode.hosts_block import pod_dns_names, render
+from ddpjob_localnode.hosts_block import hosts_entries, pod_dns_names, render
 from ddpjob_localnode.launch_plan import LaunchError, build_launch_plan, rewrite_path
 from ddpjob_localnode.loopback_ips import LoopbackAllocator
 from ddpjob_localnode.pod_status import lost_results, terminated_status, termination_message, was_started, \
@@ -110,6 +110,15 @@ def test_hosts_block_replaces_only_its_own_block():
     assert out == ("127.0.0.1 localhost\n::1 x\n# BEGIN ddpjob-localnode n\n"
                    "127.0.1.2 a.b.ns.svc a.b.ns.svc.cluster.local\n# END ddpjob-localnode n\n")
     assert render(out, "n", {}) == "127.0.0.1 localhost\n::1 x\n"
+
+
+def test_hosts_entries_add_the_short_hostname_only_when_unique():
+    a, b = make_pod(), make_pod()
+    b["metadata"]["namespace"] = "other"
+    assert hosts_entries([("127.0.1.1", a)]) == {
+        "127.0.1.1": ["j-worker-0.j.ns.svc", "j-worker-0.j.ns.svc.cluster.local", "j-worker-0"]}
+    assert hosts_entries([("127.0.1.1", a), ("127.0.1.2", b)])["127.0.1.2"] == [
+        "j-worker-0.j.other.svc", "j-worker-0.j.other.svc.cluster.local"]
 
 
 def test_pod_dns_names():

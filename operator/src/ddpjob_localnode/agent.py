@@ -20,7 +20,7 @@ from kubernetes.client.rest import ApiException
 
 from . import machine
 from .container_process import ContainerProcess, read_log_text
-from .hosts_block import pod_dns_names, write_block
+from .hosts_block import hosts_entries, write_block
 from .kubelet_api import serve
 from .launch_plan import LaunchError, build_launch_plan
 from .layout import Layout
@@ -293,7 +293,7 @@ class Agent:
                 time.sleep(0.2 * (attempt + 1))
 
     def _write_hosts(self) -> None:
-        entries = {local.pod_ip: pod_dns_names(local.pod) for local in self.pods.values()}
+        entries = hosts_entries([(local.pod_ip, local.pod) for local in self.pods.values()])
         write_block(self.hosts_file, self.layout.node_name, entries)
 
     def _lookup_key(self, kind: str, namespace: str, name: str, key: str) -> str | None:

@@ -36,7 +36,8 @@ class ContainerProcess:
         plan.termination_log.touch()
         self._log = open(plan.log_file, "ab", buffering=0)
         self._log_lock = threading.Lock()
-        shim = [sys.executable, "-m", "ddpjob_localnode.pod_init", str(os.getpid()), str(plan.cwd), "--", *plan.argv]
+        shim = [sys.executable, "-m", "ddpjob_localnode.pod_init", str(os.getpid()), str(plan.cwd),
+                plan.env.get("HOSTNAME", ""), "--", *plan.argv]
         self.proc = subprocess.Popen(shim, env=plan.env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                      stderr=subprocess.PIPE, start_new_session=True, close_fds=True)
         self.container_id = f"local://{self.proc.pid}"

@@ -1,8 +1,11 @@
-"""The process the agent starts for each container: `python -m ddpjob_localnode.pod_init PARENT_PID CWD -- ARGV`.
+"""The process the agent starts for each container:
+`python -m ddpjob_localnode.pod_init PARENT_PID CWD HOSTNAME -- ARGV`.
 
 It gives the container what a runtime would: its own PID namespace, whose init (a fork of this shim) dies
 with the shim, so killing the shim or the agent reaps the whole tree, even processes that started their own
-session (torchrun's workers do). SIGTERM is forwarded to the container's main process only, as a runtime
+session (torchrun's workers do); and its own UTS namespace with the pod's hostname, as in a real pod. Both
+matter to torchrun: its rendezvous tells nodes apart by hostname and pid, which would otherwise be equal for
+every pod on this machine (all "pid 2" on host "vm"). SIGTERM is forwarded to the container's main process only, as a runtime
 delivers it to PID 1. Exit status: the main process's code, or 128 + signal number."""
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ import sys
 
 PR_SET_PDEATHSIG = 1
 CLONE_NEWPID = 0x20000000
+CLONE_NEWUTS = 0x04000000
 _libc = ctypes.CDLL(None, use_errno=True)
 
 
@@ -66,10 +70,12 @@ def run_as_init(cwd: str, argv: list[str]) -> None:
 
 
 def main(args: list[str]) -> None:
-    parent, cwd, argv = int(args[0]), args[1], args[3:]
+    parent, cwd, hostname, argv = int(args[0]), args[1], args[2], args[4:]
     die_with_parent(parent)
     # No CAP_SYS_ADMIN (unshare fails): run directly; the agent then kills the process group instead.
-    isolated = _libc.unshare(CLONE_NEWPID) == 0
+    isolated = _libc.unshare(CLONE_NEWPID | CLONE_NEWUTS) == 0
+    if isolated and hostname:
+        _libc.sethostname(hostname.encode(), len(hostname.encode()))
     if not isolated:
         exec_container(cwd, argv)
     me = os.getpid()

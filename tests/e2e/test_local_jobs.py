@@ -1,0 +1,157 @@
+"""Whole DDPJobs on the embedded local node: real torchrun process groups formed from the operator's env,
+trained, killed, restarted from checkpoints, and reported back through the API."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+
+import pytest
+
+from conftest import apply_job, digits_job, job_status, pods
+from demo_recovery import RecoveryClock, find_worker_process, parse_trainer_log
+from support import localnode
+from support.cluster import wait_until
+
+JOB_TIMEOUT = float(os.environ.get("E2E_JOB_TIMEOUT", 420))
+
+
+def worker0_log(cluster, namespace: str, job: str = "digits") -> str:
+    return cluster.kubectl("-n", namespace, "logs", f"{job}-worker-0", "--timestamps", check=False).stdout
+
+
+def last_step(cluster, namespace: str) -> int:
+    steps = parse_trainer_log(worker0_log(cluster, namespace)).steps
+    return steps[-1] if steps else 0
+
+
+def run_to_end(cluster, namespace: str, job: str = "digits", clock: RecoveryClock | None = None) -> dict:
+    deadline = time.monotonic() + JOB_TIMEOUT
+    while time.monotonic() < deadline:
+        status = job_status(cluster, namespace, job)
+        if clock is not None:
+            clock.observe(status, pods(cluster, namespace, job), time.time())
+        if status.get("phase") in ("Succeeded", "Failed"):
+            return status
+        time.sleep(0.3)
+    raise AssertionError(f"job {job} did not finish in {JOB_TIMEOUT}s: {job_status(cluster, namespace, job)}")
+
+
+def wait_for_step(cluster, namespace: str, step: int) -> int:
+    return wait_until(lambda: last_step(cluster, namespace) >= step and last_step(cluster, namespace),
+                      timeout=JOB_TIMEOUT, interval=0.5, what=f"training step {step}")
+
+
+def assert_resumed_and_finished(cluster, namespace: str, status: dict, steps: int, killed_step: int):
+    assert status["phase"] == "Succeeded", status
+    assert status["restarts"] == 1, status
+    trainer = parse_trainer_log(worker0_log(cluster, namespace))
+    # The new attempt's log starts at the checkpoint, not at step 0.
+    assert trainer.resumed_step is not None and 0 < trainer.resumed_step <= killed_step, trainer
+    assert trainer.steps and trainer.steps[0] > trainer.resumed_step, trainer.steps
+    assert trainer.steps[-1] == steps, trainer.steps
+    return trainer
+
+
+def record_recovery(name: str, clock: RecoveryClock, trainer) -> None:
+    rows = clock.breakdown(trainer)
+    print(f"\nlocal recovery ({name}): " + ", ".join(f"{k} {v:.2f}s" for k, v in rows))
+    path = localnode.CLUSTER_DIR / "local-node" / "recovery.jsonl"
+    with open(path, "a") as f:
+        f.write(json.dumps({"case": name, **{k: round(v, 2) for k, v in rows}}) + "\n")
+
+
+def test_digits_job_succeeds_with_test_accuracy_of_at_least_90_percent(cluster, operator, namespace):
+    apply_job(cluster, namespace, digits_job(steps=200))
+    status = run_to_end(cluster, namespace)
+    assert status["phase"] == "Succeeded", status
+    trainer = parse_trainer_log(worker0_log(cluster, namespace))
+    assert trainer.metric_name == "test_accuracy"
+    assert trainer.accuracy >= 0.90, trainer
+    assert trainer.steps[-1] == 200
+
+
+def test_killing_a_worker_process_restarts_the_group_once_and_resumes_from_a_checkpoint(
+        cluster, operator, namespace):
+    apply_job(cluster, namespace, digits_job(steps=300, every=20))
+    step = wait_for_step(cluster, namespace, 60)
+    victim = find_worker_process(localnode.CLUSTER_DIR, pods(cluster, namespace, "digits"), replica="1")
+    assert victim, "no trainer worker process found under digits-worker-1"
+    clock = RecoveryClock()
+    os.kill(victim.pid, signal.SIGKILL)
+    clock.kill(time.time(), step, restarts=0)
+    status = run_to_end(cluster, namespace, clock=clock)
+    trainer = assert_resumed_and_finished(cluster, namespace, status, 300, last_step_before(step))
+    record_recovery("kill worker process", clock, trainer)
+
+
+def test_kubectl_delete_pod_restarts_the_group_once_and_resumes_from_a_checkpoint(cluster, operator, namespace):
+    apply_job(cluster, namespace, digits_job(steps=300, every=20))
+    step = wait_for_step(cluster, namespace, 60)
+    clock = RecoveryClock()
+    clock.kill(time.time(), step, restarts=0)
+    cluster.kubectl("-n", namespace, "delete", "pod", "digits-worker-1", "--wait=false")
+    status = run_to_end(cluster, namespace, clock=clock)
+    trainer = assert_resumed_and_finished(cluster, namespace, status, 300, last_step_before(step))
+    record_recovery("kubectl delete pod", clock, trainer)
+
+
+def last_step_before(step: int) -> int:
+    # Logs trail the training loop by up to one log interval; a checkpoint can be this far past the last line.
+    return step + 20
+
+
+def test_trainer_exit_1_under_exit_code_policy_fails_with_its_error_in_status_and_an_event(
+        cluster, operator, namespace):
+    scripts = localnode.CLUSTER_DIR / "local-node" / "hostpath" / "e2e" / namespace
+    scripts.mkdir(parents=True, exist_ok=True)
+    (scripts / "broken.py").write_text(
+        "def build_workload(cfg):\n    raise RuntimeError('corrupt shard 7: checksum mismatch')\n")
+    job = digits_job(steps=50, restartPolicy="ExitCode")
+    pod_spec = job["spec"]["template"]["spec"]
+    pod_spec["volumes"].append({"name": "scripts", "hostPath": {"path": f"/e2e/{namespace}"}})
+    container = pod_spec["containers"][0]
+    container["volumeMounts"].append({"name": "scripts", "mountPath": "/scripts"})
+    container["args"].append("--entrypoint=/scripts/broken.py")
+    apply_job(cluster, namespace, job)
+    status = run_to_end(cluster, namespace)
+    assert status["phase"] == "Failed", status
+    assert status.get("restarts", 0) == 0
+    failure = status["lastFailure"]
+    assert failure["exitCode"] == 1, failure
+    assert "corrupt shard 7: checksum mismatch" in failure["message"], failure
+    events = json.loads(cluster.kubectl("-n", namespace, "get", "events", "--field-selector",
+                                        "involvedObject.kind=DDPJob", "-o", "json").stdout)["items"]
+    assert any("corrupt shard 7" in e["message"] for e in events), [e["message"] for e in events]
+
+
+def test_kubectl_logs_shows_the_trainer_output(cluster, operator, namespace):
+    apply_job(cluster, namespace, digits_job(name="logs", steps=60))
+    wait_until(lambda: "[job=logs attempt=0 rank=0] step=" in cluster.kubectl(
+        "-n", namespace, "logs", "logs-worker-0", check=False).stdout, timeout=JOB_TIMEOUT, interval=1,
+        what="trainer progress lines in kubectl logs")
+    status = run_to_end(cluster, namespace, job="logs")
+    assert status["phase"] == "Succeeded", status
+    out = cluster.kubectl("-n", namespace, "logs", "logs-worker-0").stdout
+    assert "[job=logs attempt=0 rank=0] done step=60 test_accuracy=" in out
+    assert "[job=logs attempt=0 rank=2]" not in out  # worker 0 holds ranks 0-1 only
+
+
+@pytest.mark.slow
+def test_stopping_the_agent_mid_job_makes_the_node_not_ready_and_the_group_restarts_after_it_returns(
+        cluster, operator, namespace):
+    apply_job(cluster, namespace, digits_job(steps=300, every=20))
+    wait_for_step(cluster, namespace, 40)
+    localnode.kill_agent()
+    # Without the agent nobody renews the lease: the node lifecycle controller marks the node NotReady.
+    wait_until(lambda: localnode.node_ready(cluster) in ("Unknown", "False"), timeout=120, interval=1,
+               what="local node NotReady")
+    localnode.start(cluster)
+    status = run_to_end(cluster, namespace)
+    assert status["phase"] == "Succeeded", status
+    assert status["restarts"] >= 1, status
+    trainer = parse_trainer_log(worker0_log(cluster, namespace))
+    assert trainer.resumed_step and trainer.resumed_step > 0, trainer
+    assert trainer.steps[-1] == 300
