@@ -1,0 +1,55 @@
+"""SIGTERM writes a checkpoint and exits cleanly; a truncated checkpoint is skipped in favour of the previous
+one on the next start."""
+
+import os
+import re
+import signal
+
+import pytest
+
+from launch import PROGRESS, RESUMED, run, start, standalone_cmd, stop, wait_for_line, worker_pids
+
+PREEMPTED = re.compile(r"rank=0\] preempted \((?P<why>\w+)\): checkpoint written step=(?P<step>\d+), "
+                       r"exiting with 143$", re.M)
+
+
+def long_run(ck, steps=100000, nproc=2):
+    return standalone_cmd(nproc, "--workload", "digits", "--train.steps", str(steps), "--metrics.port", "0",
+                          "--checkpoint.dir", str(ck), "--checkpoint.every-steps", "20", "--log.every-steps", "10")
+
+
+@pytest.mark.parametrize("target", ["torchrun", "one_worker"])
+def test_sigterm_writes_a_checkpoint_and_exits(tmp_path, target):
+    """torchrun: the pod's PID 1 got it and forwards it to every worker. one_worker: only rank 1 got it; the
+    stop vote in the log-step all-reduce makes rank 0 stop at the same step and write the checkpoint."""
+    ck, log = tmp_path / "ck", tmp_path / "run.log"
+    proc = start(long_run(ck), log=log)
+    try:
+        wait_for_line(log, PROGRESS, proc, where=lambda m: int(m["step"]) >= 30)
+        os.kill(proc.pid if target == "torchrun" else worker_pids(proc.pid)[1], signal.SIGTERM)
+        code = proc.wait(timeout=90)
+    finally:
+        stop(proc)
+    text = log.read_text()
+    preempted = PREEMPTED.search(text)
+    assert preempted, text[-3000:]
+    assert preempted["why"] == ("SIGTERM" if target == "torchrun" else "peer")
+    step = int(preempted["step"])
+    assert step >= 30 and (ck / f"step-{step:09d}.pt").is_file()
+    assert "Traceback" not in text.split("preempted")[0]  # no worker crashed on the way to the checkpoint
+    assert "exitcode  : 143" in text or code != 0
+
+
+def test_truncated_checkpoint_is_skipped_for_the_previous_one(tmp_path):
+    ck = tmp_path / "ck"
+    first = run(long_run(ck, steps=40, nproc=1))
+    assert first.returncode == 0, first.stdout[-2000:] + first.stderr[-2000:]
+    assert sorted(p.name for p in ck.iterdir()) == ["step-000000020.pt", "step-000000040.pt"]
+    newest = ck / "step-000000040.pt"
+    newest.write_bytes(newest.read_bytes()[:1000])  # what a crash mid-copy or a bad disk leaves
+    second = run(long_run(ck, steps=50, nproc=1))
+    assert second.returncode == 0, second.stdout[-2000:] + second.stderr[-2000:]
+    assert "WARNING skipping unreadable checkpoint step-000000040.pt" in second.stderr
+    resumed = RESUMED.search(second.stdout)
+    assert resumed and resumed["step"] == "20" and resumed["samples"] == str(20 * 32)
+    assert [int(m["step"]) for m in PROGRESS.finditer(second.stdout)] == [30, 40, 50]
