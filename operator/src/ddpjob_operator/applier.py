@@ -41,9 +41,9 @@ class PlanApplier:
         result = ApplyResult()
         uids = {p["metadata"]["name"]: p["metadata"]["uid"] for p in obs.pods}
         for pod in plan.delete_pods:
-            self._delete_pod(ns, pod, uids.get(pod), grace=None)
+            self._delete_pod(ns, name, pod, uids.get(pod), grace=None)
         for pod in plan.force_delete_pods:
-            self._delete_pod(ns, pod, uids.get(pod), grace=0)
+            self._delete_pod(ns, name, pod, uids.get(pod), grace=0)
         if plan.create_service is not None:
             self._create(lambda: self.core.create_namespaced_service(ns, plan.create_service,
                                                                      _request_timeout=REQUEST_TIMEOUT))
@@ -106,12 +106,12 @@ class PlanApplier:
                 log.warning("could not post event %s: %s", event.reason, reason_of(exc),
                             extra={"job": f"{meta['namespace']}/{meta['name']}"})
 
-    def _delete_pod(self, ns: str, pod: str, uid: str | None, grace: int | None) -> None:
+    def _delete_pod(self, ns: str, job: str, pod: str, uid: str | None, grace: int | None) -> None:
         options = client.V1DeleteOptions(grace_period_seconds=grace,
                                          preconditions=client.V1Preconditions(uid=uid) if uid else None)
         try:
             self.core.delete_namespaced_pod(pod, ns, body=options, _request_timeout=REQUEST_TIMEOUT)
-            log.info("force-deleted pod" if grace == 0 else "deleted pod", extra={"job": ns, "pod": pod})
+            log.info("force-deleted pod" if grace == 0 else "deleted pod", extra={"job": f"{ns}/{job}", "pod": pod})
         except ApiException as exc:
             if status_of(exc) not in (404, 409):  # gone already, or the name now belongs to a newer pod
                 raise
