@@ -61,7 +61,11 @@ def test_cluster_wide_token_is_refused_secrets_and_exec(cluster_wide_operator, c
     assert_refused(run.kubectl_as_operator("get", "secrets", "-n", run.watch_namespace), "listing secrets")
     assert_refused(run.kubectl_as_operator("get", "secrets", "--all-namespaces"), "listing secrets cluster-wide")
     pod = job_lifecycle.pods_of(run.cluster, run.watch_namespace, job_lifecycle.JOB_NAME, 1)[0]["metadata"]["name"]
-    assert_refused(run.kubectl_as_operator("exec", "-n", run.watch_namespace, pod, "--", "true"), "pods/exec")
+    # The exec request itself (kubectl exec would already stop at reading the pod, which is not granted either).
+    exec_url = f"/api/v1/namespaces/{run.watch_namespace}/pods/{pod}/exec?command=true&stdout=true"
+    refused = run.kubectl_as_operator("create", "--raw", exec_url, "-f", "/dev/null")
+    assert_refused(refused, "pods/exec")
+    assert 'cannot create resource "pods/exec"' in refused.stderr
     assert_refused(run.kubectl_as_operator("delete", "nodes", "--all", "--dry-run=server"), "deleting nodes")
 
 
