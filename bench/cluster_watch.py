@@ -1,0 +1,110 @@
+"""Timestamps of what the benchmark waits for, taken from two raw watches (pods and DDPJobs of one namespace)
+run by the admin, who is neither measured party. Raw JSON lines, not the client's models: decoding thousands of
+V1Pod models would make the observer, not the system, the bottleneck on 2 cores."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections import defaultdict
+
+from kubernetes import client
+from kubernetes.watch.watch import iter_resp_lines
+
+JOB_LABEL = "ddpjob.dev/job-name"
+ATTEMPT_LABEL = "ddpjob.dev/restart-attempt"
+
+
+class NamespaceWatch:
+    def __init__(self, api_client: client.ApiClient, namespace: str):
+        self.core = client.CoreV1Api(api_client)
+        self.custom = client.CustomObjectsApi(api_client)
+        self.namespace = namespace
+        self.lock = threading.Lock()
+        # (job, attempt) -> {pod name: first time seen Running}
+        self.running: dict[tuple[str, int], dict[str, float]] = defaultdict(dict)
+        self.pods_running_now: set[str] = set()
+        # job -> {attempt: first time the job's status carried it}, job -> phase now
+        self.attempt_seen: dict[str, dict[int, float]] = defaultdict(dict)
+        self.phase: dict[str, str] = {}
+        self.events = 0
+        self._responses = []
+        self._threads = []
+        self._stopping = False
+
+    def start(self) -> "NamespaceWatch":
+        opened = [
+            self.core.list_namespaced_pod(self.namespace, watch=True, _preload_content=False, timeout_seconds=3600),
+            self.custom.list_namespaced_custom_object("ddpjob.dev", "v1alpha1", self.namespace, "ddpjobs",
+                                                      watch=True, _preload_content=False, timeout_seconds=3600),
+        ]
+        for response, handle in zip(opened, (self._pod, self._job)):
+            self._responses.append(response)
+            thread = threading.Thread(target=self._pump, args=(response, handle), daemon=True)
+            thread.start()
+            self._threads.append(thread)
+        return self
+
+    def stop(self) -> None:
+        self._stopping = True
+        for response in self._responses:
+            try:
+                response.shutdown() if hasattr(response, "shutdown") else response.close()
+            except Exception:  # already closed by the server
+                pass
+        for thread in self._threads:
+            thread.join(timeout=5)
+
+    def _pump(self, response, handle) -> None:
+        try:
+            for line in iter_resp_lines(response):
+                event = json.loads(line)
+                now = time.monotonic()
+                with self.lock:
+                    self.events += 1
+                    handle(event["type"], event["object"], now)
+        except Exception:
+            if not self._stopping:
+                raise
+
+    def _pod(self, kind: str, pod: dict, now: float) -> None:
+        meta = pod["metadata"]
+        labels = meta.get("labels") or {}
+        name = meta["name"]
+        running = kind != "DELETED" and (pod.get("status") or {}).get("phase") == "Running" \
+            and not meta.get("deletionTimestamp")
+        if not running:
+            self.pods_running_now.discard(name)
+            return
+        self.pods_running_now.add(name)
+        key = (labels.get(JOB_LABEL, ""), int(labels.get(ATTEMPT_LABEL, "0")))
+        self.running[key].setdefault(name, now)
+
+    def _job(self, kind: str, job: dict, now: float) -> None:
+        name = job["metadata"]["name"]
+        if kind == "DELETED":
+            return
+        status = job.get("status") or {}
+        if "attempt" in status:
+            self.attempt_seen[name].setdefault(int(status["attempt"]), now)
+        if status.get("phase"):
+            self.phase[name] = status["phase"]
+
+    # --- queries (thread-safe snapshots) ---------------------------------------------------------------------
+    def all_running_at(self, job: str, attempt: int, pods: int) -> float | None:
+        with self.lock:
+            seen = self.running.get((job, attempt), {})
+            return max(seen.values()) if len(seen) >= pods else None
+
+    def count_groups_running(self, jobs: list[str], attempt_of: dict[str, int], pods: int) -> int:
+        with self.lock:
+            return sum(1 for j in jobs if len(self.running.get((j, attempt_of.get(j, 0)), {})) >= pods)
+
+    def count_phase(self, jobs: list[str], phase: str) -> int:
+        with self.lock:
+            return sum(1 for j in jobs if self.phase.get(j) == phase)
+
+    def attempt_time(self, job: str, attempt: int) -> float | None:
+        with self.lock:
+            return self.attempt_seen.get(job, {}).get(attempt)

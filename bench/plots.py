@@ -1,0 +1,141 @@
+"""PNG plots of whatever results exist in bench/results (a missing JSON skips its plots).
+
+    python bench/plots.py [--results bench/results]"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+from trainer_summary import load_trainer  # noqa: E402
+
+COLORS = {"operator": "tab:blue", "baseline": "tab:gray"}
+
+
+def _load(path: Path) -> dict | None:
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def _cdf(ax, values: list[float], label: str, color: str) -> None:
+    if not values:
+        return
+    ordered = sorted(values)
+    ax.step(ordered, [(i + 1) / len(ordered) for i in range(len(ordered))], where="post", label=label, color=color)
+
+
+def plot_scale(scale: dict, out: Path) -> None:
+    workloads = scale["workloads"]
+    fig, axes = plt.subplots(1, len(workloads), figsize=(6 * len(workloads), 4.2), squeeze=False)
+    for ax, w in zip(axes[0], workloads):
+        for party in ("baseline", "operator"):
+            r = w[party]
+            _cdf(ax, r["latencies_seconds"], f"{party} (p95 {r['apply_to_all_running_seconds']['p95']:.1f}s, "
+                 f"total {r['total_seconds']:.0f}s)", COLORS[party])
+        ax.set_title(f"{w['name']}: apply -> all pods Running (ratio total {w['ratio']['total']}x)")
+        ax.set_xlabel("seconds after the DDPJob was applied")
+        ax.set_ylabel("fraction of jobs")
+        ax.grid(alpha=0.3)
+        ax.legend(loc="lower right", fontsize=8)
+    fig.suptitle(f"Operator vs bare client, {scale['nodes']} kwok nodes, {scale['machine']['cpus']}-core VM")
+    fig.tight_layout()
+    fig.savefig(out / "operator_scale_latency.png", dpi=110)
+    plt.close(fig)
+
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    labels, x = [], 0
+    for w in workloads:
+        for party in ("baseline", "operator"):
+            per_job = w[party]["requests_per_job"]
+            ax.bar(x, per_job["writes"], color=COLORS[party], label=f"{party} writes" if x < 2 else None)
+            ax.bar(x, per_job["reads"], bottom=per_job["writes"], color=COLORS[party], alpha=0.4, hatch="//",
+                   label=f"{party} reads" if x < 2 else None)
+            ax.text(x, per_job["total"], f"{per_job['writes']:.1f}w\n{per_job['reads']:.1f}r", ha="center",
+                    va="bottom", fontsize=8)
+            labels.append(f"{w['name']}\n{party}")
+            x += 1
+        aim = w["aims"]["writes_per_job_aim"]
+        ax.hlines(aim, x - 2.4, x - 0.6, colors="tab:red", linestyles="--",
+                  label="aim: pods + 3 writes" if x == 2 else None)
+    ax.set_xticks(range(len(labels)), labels, fontsize=8)
+    ax.set_ylabel("API requests per job (API server's APF counters)")
+    ax.set_title("API requests per job, apply -> all Running")
+    ax.legend(fontsize=8)
+    ax.margins(y=0.2)
+    fig.tight_layout()
+    fig.savefig(out / "operator_requests_per_job.png", dpi=110)
+    plt.close(fig)
+
+    rec = scale.get("recovery")
+    if rec:
+        fig, ax = plt.subplots(figsize=(7, 4.2))
+        _cdf(ax, rec["decision_latency_seconds"], f"failure -> restart decision (p50 "
+             f"{rec['decision_latency']['p50']:.1f}s)", "tab:orange")
+        _cdf(ax, rec["recovery_seconds"], f"failure -> new attempt all Running (p50 {rec['recovery']['p50']:.1f}s)",
+             "tab:blue")
+        ax.set_title(f"Recovery at scale: {rec['failed_pods']} pods failed at once, "
+                     f"{rec['affected_groups']} groups ({rec['workload']})")
+        ax.set_xlabel("seconds after the failure was acknowledged by the API")
+        ax.set_ylabel("fraction of affected groups")
+        ax.grid(alpha=0.3)
+        ax.legend(loc="lower right", fontsize=8)
+        fig.tight_layout()
+        fig.savefig(out / "recovery_at_scale.png", dpi=110)
+        plt.close(fig)
+
+
+def plot_trainer(trainer: dict, out: Path) -> None:
+    overhead, scaling = trainer.get("overhead") or [], trainer.get("scaling") or []
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.2))
+    ax = axes[0]
+    names = [r["workload"] for r in overhead]
+    xs = range(len(names))
+    ax.bar([x - 0.2 for x in xs], [r["baseline_samples_per_second"] for r in overhead], 0.4, color="tab:gray",
+           label="hand-written loop")
+    ax.bar([x + 0.2 for x in xs], [r["samples_per_second"] for r in overhead], 0.4, color="tab:blue",
+           label="ddp_trainer loop")
+    for x, r in zip(xs, overhead):
+        ax.text(x + 0.2, r["samples_per_second"], f"{100 * r['harness_overhead']:+.1f}%", ha="center",
+                va="bottom", fontsize=8)
+    ax.set_xticks(list(xs), names)
+    ax.set_yscale("log")
+    ax.set_ylabel("samples/s (world 1, CPU)")
+    ax.set_title("Harness overhead vs a minimal loop (aim <= 3%)")
+    ax.legend(fontsize=8)
+    ax = axes[1]
+    ks = [r["grad_accum_steps"] for r in scaling]
+    ax.plot(ks, [r["efficiency"] for r in scaling], "o-", color="tab:blue", label="world 2 / (2 x world 1)")
+    ax.axhline(1.0, color="tab:gray", linestyle="--", linewidth=1)
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(ks, [str(k) for k in ks])
+    ax.set_ylim(0, 1.1)
+    ax.set_xlabel("gradient accumulation steps (same micro-batch per rank)")
+    ax.set_ylabel("scaling efficiency")
+    ax.set_title("gloo world 2 vs world 1: accumulation amortises the all-reduce")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(out / "trainer.png", dpi=110)
+    plt.close(fig)
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--results", default=str(Path(__file__).resolve().parent / "results"))
+    out = Path(p.parse_args().results)
+    scale = _load(out / "operator_scale.json")
+    if scale and scale.get("workloads"):
+        plot_scale(scale, out)
+    trainer = load_trainer(out)
+    if trainer:
+        plot_trainer(trainer, out)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

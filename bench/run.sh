@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# `make bench`: trainer overhead and scaling (CPU), operator scale and recovery at scale (throw-away kwok
+# cluster on its own ports), local recovery (the demo's kill), then plots and the summary table.
+#   BENCH_WORKLOADS="1000x2 100x16"   scale workloads, JOBSxPODS
+#   BENCH_NODES=250                   kwok nodes (x 8 GPUs) of the throw-away cluster
+#   BENCH_SKIP="local"                any of: trainer scale local (skip those parts)
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+py="$root/.venv/bin/python"
+results="$root/bench/results"
+export PATH="$root/.cache/bin:$root/.venv/bin:$PATH"
+mkdir -p "$results"
+t0=$SECONDS
+say() { echo "[make bench $(( (SECONDS - t0) / 60 ))m$(( (SECONDS - t0) % 60 ))s] $*" >&2; }
+skip() { [[ " ${BENCH_SKIP:-} " == *" $1 "* ]]; }
+
+if ! skip trainer; then
+  say "trainer: ddp_trainer loop vs a hand-written loop, world 1 (ddp_trainer.bench_gpu)"
+  rm -f "$results/trainer.json"
+  "$py" -m ddp_trainer.bench_gpu --out "$results/trainer_overhead.json" --preset tiny --workloads digits,cnn,gpt \
+    --steps "${BENCH_TRAINER_STEPS:-30}" --repeats 3
+  for world in 1 2; do
+    say "trainer: gloo world $world, gradient accumulation 1, 2, 4"
+    "$py" -m torch.distributed.run --standalone --nproc-per-node "$world" "$root/bench/trainer_scaling.py" \
+      --out "$results/trainer_scaling_w$world.json" --steps "${BENCH_TRAINER_STEPS:-30}"
+  done
+  (cd "$root/bench" && "$py" trainer_summary.py "$results")
+fi
+
+if ! skip scale; then
+  args=()
+  for w in ${BENCH_WORKLOADS:-1000x2 100x16}; do args+=(--workload "$w"); done
+  say "operator scale + recovery at scale: ${BENCH_WORKLOADS:-1000x2 100x16} on ${BENCH_NODES:-250} kwok nodes"
+  "$py" "$root/bench/operator_scale.py" "${args[@]}" --nodes "${BENCH_NODES:-250}" --out "$results/operator_scale.json"
+fi
+
+if ! skip local; then
+  say "local recovery: the demo's mid-run kill on the shared local cluster (namespace ddpjob-bench-recovery)"
+  demo_log=$(mktemp)
+  if DEMO_NAMESPACE=ddpjob-bench-recovery bash "$root/hack/demo.sh" | tee "$demo_log"; then
+    "$py" "$root/bench/local_recovery.py" "$demo_log" "$results/local_recovery.json"
+  else
+    say "the demo failed: local recovery not measured (its output: $demo_log)"
+  fi
+fi
+
+say "plots and summary"
+"$py" "$root/bench/plots.py" --results "$results"
+"$py" "$root/bench/summary.py" --results "$results" | tee "$results/summary.md"
+say "done in $((SECONDS - t0))s; results in bench/results"
