@@ -31,8 +31,10 @@ def free_port() -> int:
 
 
 class OperatorProcess:
-    def __init__(self, kubeconfig: Path, namespaces: list[str], log_path: Path, env: dict[str, str] | None = None):
+    def __init__(self, kubeconfig: Path, namespaces: list[str], log_path: Path, env: dict[str, str] | None = None,
+                 verbose: bool = True):
         self.kubeconfig = kubeconfig
+        self.verbose = verbose  # the chaos suite turns kopf's per-event debug lines off: they cost CPU
         self.namespaces = namespaces
         self.log_path = log_path
         self.env = {**FAST_ENV, **(env or {})}
@@ -43,7 +45,7 @@ class OperatorProcess:
 
     def start(self, wait: bool = True) -> OperatorProcess:
         args = [sys.executable, "-m", "ddpjob_operator", "--metrics-port", str(self.metrics_port),
-                "--liveness-port", str(self.liveness_port), "--verbose"]
+                "--liveness-port", str(self.liveness_port)] + (["--verbose"] if self.verbose else [])
         for ns in self.namespaces:
             args += ["--namespace", ns]
         env = {**os.environ, **self.env, "KUBECONFIG": str(self.kubeconfig), "PYTHONUNBUFFERED": "1"}
