@@ -87,7 +87,9 @@ class Trainer:
             emit(resumed_line(self.who, self.step, self.samples, int(state["world_size"])))
         return True
 
-    def train(self) -> int:
+    def train(self, finish: bool = True) -> int:
+        """Step until --train.steps. finish=False skips the final checkpoint, evaluation and done line (the
+        benchmark calls train() in slices)."""
         cfg = self.cfg
         loader = self._loader()
         batches = iter(loader)
@@ -126,6 +128,8 @@ class Trainer:
                     return exit_codes.PREEMPTED
             if self._checkpoint_due():
                 self.save_checkpoint()
+        if not finish:
+            return exit_codes.OK
         if cfg.checkpoint.on_finish and self.last_checkpoint_step != self.step:
             self.save_checkpoint()
         self._finish(time.monotonic() - self.created)

@@ -1,0 +1,168 @@
+"""One command for the GPU figures: throughput of each workload through the harness, GPT MFU against a given
+peak, and the harness's overhead against a hand-written minimal DDP loop on the same model, batch and
+precision. Runs on CPU too (tiny sizes), and under torchrun for world size > 1 (rank 0 writes the JSON).
+
+    python -m ddp_trainer.bench_gpu --out bench.json --preset small --peak-tflops 989
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import socket
+import statistics
+import time
+
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+from .config import parse_config
+from .ddp_model import autocast_context
+from .distributed_env import DistEnv, choose_backend, choose_device, init_process_group
+from .progress_log import Identity
+from .trainer import Trainer, make_optimizer
+from .workloads import build_workload
+
+# Per-rank batch per workload and preset: large enough to keep a GPU busy, small enough for a CPU test.
+BATCH = {"tiny": {"digits": 64, "cnn": 32, "gpt": 8}, "small": {"digits": 1024, "cnn": 256, "gpt": 16}}
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="ddp_trainer.bench_gpu", description=__doc__.split("\n\n")[0])
+    p.add_argument("--out", required=True, help="JSON file to write")
+    p.add_argument("--workloads", default="digits,cnn,gpt")
+    p.add_argument("--preset", default="small" if torch.cuda.is_available() else "tiny", choices=BATCH)
+    p.add_argument("--steps", type=int, default=50, help="measured steps per repeat")
+    p.add_argument("--warmup-steps", type=int, default=10)
+    p.add_argument("--repeats", type=int, default=3, help="harness and baseline alternate; medians reported")
+    p.add_argument("--peak-tflops", type=float, default=989.0,
+                   help="dense bf16 peak of one GPU for MFU: H100 SXM and H200 are 989")
+    p.add_argument("--compile", action="store_true", help="torch.compile both the harness and the baseline")
+    return p.parse_args(argv)
+
+
+def ensure_process_group() -> tuple[DistEnv, torch.device]:
+    """Outside torchrun, form a group of one on localhost, so the harness runs exactly as in a job."""
+    if "RANK" not in os.environ:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", LOCAL_WORLD_SIZE="1",
+                          MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    env = DistEnv.from_environ()
+    device = choose_device(env)
+    init_process_group(env, device)
+    return env, device
+
+
+def trainer_config(workload: str, preset: str, batch: int, compile_model: bool):
+    return parse_config(["--workload", workload, "--model.preset", preset, "--train.batch-size-per-rank",
+                         str(batch), "--train.decay", "constant", "--metrics.port", "0", "--log.every-steps", "10",
+                         "--ddp.compile", str(compile_model).lower(), "--train.steps", "1"], environ={})
+
+
+def sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def harness_throughput(trainer: Trainer, steps: int, device: torch.device) -> float:
+    """Samples/s of the group through Trainer.train() for `steps` more steps (progress lines are silenced by
+    the caller's log cadence; the metrics, phase timers and log-step all-reduce all still run)."""
+    sync(device)
+    dist.barrier()
+    started = time.perf_counter()
+    trainer.cfg.train.steps = trainer.step + steps
+    trainer.train(finish=False)
+    sync(device)
+    return trainer.global_batch * steps / (time.perf_counter() - started)
+
+
+def baseline_throughput(trainer: Trainer, steps: int, device: torch.device, compile_model: bool) -> float:
+    """A minimal hand-written loop on a fresh copy of the same workload: DDP, AdamW, autocast, random batches
+    indexed from the same kind of tensors. (Its own model: two DDPs on one set of parameters would both hook
+    the gradients.)"""
+    cfg = trainer.cfg
+    workload = build_workload(cfg)
+    model = DDP(workload.model.to(device), device_ids=[device.index] if device.type == "cuda" else None)
+    step_fn = torch.compile(model) if compile_model else model
+    optimizer = make_optimizer(model, cfg.train)
+    data, batch = workload.train_set, trainer.global_batch // trainer.env.world_size
+
+    def one_step():
+        x, y = data.__getitems__(torch.randint(0, len(data), (batch,)).tolist())
+        x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
+        with autocast_context(device, cfg.ddp.autocast):
+            out = step_fn(x)
+        workload.sample_losses(out, y).mean().backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+
+    for _ in range(3):
+        one_step()
+    sync(device)
+    dist.barrier()
+    started = time.perf_counter()
+    for _ in range(steps):
+        one_step()
+    sync(device)
+    return batch * trainer.env.world_size * steps / (time.perf_counter() - started)
+
+
+def bench_workload(name: str, args, env: DistEnv, device: torch.device) -> dict:
+    batch = BATCH[args.preset][name]
+    cfg = trainer_config(name, args.preset, batch, args.compile)
+    trainer = Trainer(cfg, env, device, Identity("bench", "0", env.rank))
+    trainer.talks = False
+    harness_throughput(trainer, args.warmup_steps, device)
+    harness, baseline = [], []
+    for _ in range(args.repeats):
+        baseline.append(baseline_throughput(trainer, args.steps, device, args.compile))
+        harness.append(harness_throughput(trainer, args.steps, device))
+    h, b = statistics.median(harness), statistics.median(baseline)
+    result = {"workload": name, "preset": args.preset, "batch_per_rank": batch, "world_size": env.world_size,
+              "samples_per_second": h, "baseline_samples_per_second": b, "harness_overhead": 1 - h / b,
+              "samples_per_second_runs": harness, "baseline_runs": baseline,
+              "flops_per_sample": trainer.workload.flops_per_sample,
+              "parameters": sum(p.numel() for p in trainer.ddp.module.parameters())}
+    if name == "gpt":
+        seq_len = trainer.workload.train_set.inputs.shape[1]
+        result["tokens_per_second"] = h * seq_len
+    if device.type == "cuda" and trainer.workload.flops_per_sample:
+        result["mfu"] = h * trainer.workload.flops_per_sample / env.world_size / (args.peak_tflops * 1e12)
+        result["peak_memory_bytes"] = torch.cuda.max_memory_allocated(device)
+    return result
+
+
+def machine(device: torch.device) -> dict:
+    info = {"host": platform.node(), "cpu_count": os.cpu_count(), "torch": torch.__version__,
+            "device": str(device), "backend": choose_backend()}
+    if device.type == "cuda":
+        info["gpu"] = torch.cuda.get_device_name(device)
+        info["cuda"] = torch.version.cuda
+    return info
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    env, device = ensure_process_group()
+    results = [bench_workload(name, args, env, device) for name in args.workloads.split(",")]
+    if env.rank == 0:
+        report = {"machine": machine(device), "peak_tflops": args.peak_tflops, "compile": args.compile,
+                  "autocast": "bf16" if device.type == "cuda" else "off", "results": results}
+        with open(args.out, "w") as f:
+            json.dump(report, f, indent=2)
+        for r in results:
+            mfu = f" mfu={r['mfu']:.3f}" if "mfu" in r else ""
+            print(f"{r['workload']:>6} samples/s={r['samples_per_second']:.1f} "
+                  f"baseline={r['baseline_samples_per_second']:.1f} overhead={r['harness_overhead']:+.3f}{mfu}",
+                  flush=True)
+    dist.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
