@@ -56,7 +56,9 @@ class BenchCluster:
 
     def up(self) -> None:
         say(f"starting a throw-away cluster in {self.dir} ({self.nodes} kwok nodes x {self.gpus_per_node} GPUs)")
-        subprocess.run(["bash", str(CLUSTER_SH), "up"], env=self.env, check=True)
+        healthy = subprocess.run(["bash", str(CLUSTER_SH), "status"], env=self.env, capture_output=True).returncode == 0
+        if not healthy:  # a reused one (--cluster-dir) already has its nodes: re-applying 250 of them takes minutes
+            subprocess.run(["bash", str(CLUSTER_SH), "up"], env=self.env, check=True)
         for party in PARTIES:
             self._make_identity(party)
         self.kubectl_apply(_counting_manifests())

@@ -1,0 +1,118 @@
+"""The benchmark's pure parts: request counting from the API server's metrics page, percentiles, ratios and
+verdicts, the trainer join, the demo breakdown parser and the summary table. No cluster.
+
+    .venv/bin/python -m pytest bench/tests -q"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from latency_stats import percentile, summarize  # noqa: E402
+from local_recovery import parse_breakdown  # noqa: E402
+from operator_scale import ratios, verdicts  # noqa: E402
+from request_counts import RequestCounts, parse_counts  # noqa: E402
+from summary import scale_rows, trainer_rows  # noqa: E402
+from trainer_summary import join_scaling  # noqa: E402
+
+METRICS = """# HELP apiserver_flowcontrol_dispatched_requests_total [BETA] Number of requests executed
+# TYPE apiserver_flowcontrol_dispatched_requests_total counter
+apiserver_flowcontrol_dispatched_requests_total{flow_schema="ddpjob-bench-operator-writes",priority_level="ddpjob-bench"} 7000
+apiserver_flowcontrol_dispatched_requests_total{flow_schema="ddpjob-bench-operator-reads",priority_level="ddpjob-bench"} 9000
+apiserver_flowcontrol_dispatched_requests_total{flow_schema="ddpjob-bench-baseline-writes",priority_level="ddpjob-bench"} 3000
+apiserver_flowcontrol_dispatched_requests_total{flow_schema="global-default",priority_level="global-default"} 55
+"""
+
+
+def test_counts_come_from_each_party_flow_schema_only():
+    counts = parse_counts(METRICS)
+    assert counts["operator"] == RequestCounts(writes=7000, reads=9000)
+    assert counts["baseline"] == RequestCounts(writes=3000, reads=0)
+    assert (counts["operator"] - RequestCounts(1000, 1000)).total == 14000
+
+
+@pytest.mark.parametrize("values, q, want", [
+    ([], 50, None),
+    ([3.0], 95, 3.0),
+    ([1.0, 2.0, 3.0, 4.0], 50, 2.0),
+    (list(map(float, range(1, 101))), 95, 95.0),
+    (list(map(float, range(1, 101))), 100, 100.0),
+])
+def test_percentile_is_nearest_rank(values, q, want):
+    assert percentile(values, q) == want
+
+
+def test_summarize_sorts_first():
+    assert summarize([5.0, 1.0, 3.0]) == {"count": 3, "p50": 3.0, "p95": 5.0, "max": 5.0}
+
+
+def _party(p50, p95, mx, total, writes, reads, pods=2, cpu=1.0, rss=50.0):
+    return {"pods_per_job": pods, "timed_out": False, "total_seconds": total,
+            "apply_to_all_running_seconds": {"p50": p50, "p95": p95, "max": mx},
+            "requests_per_job": {"writes": writes, "reads": reads, "total": writes + reads},
+            "cpu_seconds": cpu, "peak_rss_mib": rss}
+
+
+@pytest.mark.parametrize("name, op, want_time_met, want_writes_met", [
+    ("within both aims", _party(1.1, 2.2, 3.3, 11.9, 5.0, 8.0), True, True),
+    ("too slow", _party(1.5, 3.0, 4.0, 12.1, 5.0, 8.0), False, True),
+    ("one write too many", _party(1.0, 2.0, 3.0, 10.0, 6.0, 8.0), True, False),
+])
+def test_verdicts_against_the_aims(name, op, want_time_met, want_writes_met):
+    base = _party(1.0, 2.0, 3.0, 10.0, 3.0, 0.0)
+    workload = {"operator": op, "baseline": base, "ratio": ratios(op, base)}
+    got = verdicts(workload)
+    assert (got["time_ratio_met"], got["writes_per_job_met"]) == (want_time_met, want_writes_met), name
+    assert got["writes_per_job_aim"] == 5
+
+
+def test_ratio_without_a_baseline_is_none():
+    op, base = _party(1.0, 2.0, 3.0, 10.0, 5.0, 1.0), _party(0.0, 2.0, 3.0, 10.0, 3.0, 0.0)
+    assert ratios(op, base)["p50"] is None
+
+
+def test_summary_rows_say_by_how_much_an_aim_is_missed():
+    op, base = _party(1.0, 3.0, 4.0, 15.0, 7.0, 9.0), _party(1.0, 2.0, 3.0, 10.0, 3.0, 0.0)
+    workload = {"name": "1000x2", "operator": op, "baseline": base, "ratio": ratios(op, base)}
+    workload["aims"] = verdicts(workload)
+    rows = scale_rows({"workloads": [workload]})
+    assert "missed by 0.30x (25% over)" in rows[0]
+    assert "missed by 2.0 writes/job" in rows[2]
+
+
+def test_trainer_rows_report_overhead_verdict():
+    rows = trainer_rows({"overhead": [
+        {"workload": "gpt", "preset": "tiny", "batch_per_rank": 8, "samples_per_second": 95.0,
+         "baseline_samples_per_second": 100.0, "harness_overhead": 0.05},
+        {"workload": "cnn", "preset": "tiny", "batch_per_rank": 32, "samples_per_second": 99.0,
+         "baseline_samples_per_second": 100.0, "harness_overhead": 0.01}]})
+    assert "missed by 2.0 points" in rows[0]
+    assert rows[1].endswith("| met |")
+
+
+def test_scaling_join_matches_accumulation_settings():
+    w1 = {"results": [{"grad_accum_steps": 1, "samples_per_second": 100.0},
+                      {"grad_accum_steps": 4, "samples_per_second": 100.0}]}
+    w2 = {"results": [{"grad_accum_steps": 1, "samples_per_second": 120.0, "micro_batch_per_rank": 8},
+                      {"grad_accum_steps": 2, "samples_per_second": 150.0, "micro_batch_per_rank": 8},
+                      {"grad_accum_steps": 4, "samples_per_second": 180.0, "micro_batch_per_rank": 8}]}
+    rows = join_scaling(w1, w2)
+    assert [r["grad_accum_steps"] for r in rows] == [1, 4]
+    assert [r["efficiency"] for r in rows] == [0.6, 0.9]
+
+
+def test_demo_breakdown_is_parsed_and_other_lines_ignored():
+    text = """>> summary
+  phase            Succeeded  (all 2 pods of attempt 1 succeeded)
+  wall time        80.2 s (apply to Succeeded)
+  detection          1.25 s
+  pod recreation     2.50 s
+  rendezvous         3.00 s
+  recovery total    12.75 s
+"""
+    assert parse_breakdown(text) == {"detection": 1.25, "pod recreation": 2.5, "rendezvous": 3.0,
+                                     "recovery total": 12.75}
