@@ -11,7 +11,6 @@ import pytest
 import job_lifecycle
 import operator_as_service_account as operator_sa
 from chart_tools import CHART
-from support.cluster import wait_until
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
@@ -29,13 +28,6 @@ def chart_crds(cluster):
         cluster.kubectl("wait", "--for=condition=Established", f"crd/{name}.kopf.dev", "--timeout=30s")
 
 
-def with_log(run: operator_sa.OperatorRun, fn, *args, **kwargs):
-    try:
-        return fn(*args, **kwargs)
-    except AssertionError as exc:
-        raise AssertionError(f"{exc}\n--- operator log (tail) ---\n{run.log_text()[-6000:]}") from exc
-
-
 @pytest.fixture(scope="session")
 def cluster_wide_operator(cluster, chart_crds, tmp_path_factory):
     run = operator_sa.start(cluster, tmp_path_factory.mktemp("operator-cluster"), single_namespace=False)
@@ -46,4 +38,4 @@ def cluster_wide_operator(cluster, chart_crds, tmp_path_factory):
 @pytest.fixture(scope="session")
 def cluster_wide_job(cluster, cluster_wide_operator) -> dict:
     run = cluster_wide_operator
-    return with_log(run, job_lifecycle.drive_through_restart, cluster, run.watch_namespace)
+    return operator_sa.with_log(run, job_lifecycle.drive_through_restart, cluster, run.watch_namespace)

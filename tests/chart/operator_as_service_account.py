@@ -56,9 +56,9 @@ class OperatorRun:
     watch_namespace: str
     fullname: str
     kubeconfig: Path
-    metrics_port: int
     log: Path
-    proc: subprocess.Popen
+    metrics_port: int = 0
+    proc: subprocess.Popen | None = None
 
     def kubectl_as_operator(self, *args: str) -> subprocess.CompletedProcess:
         return subprocess.run([str(ROOT / ".cache" / "bin" / "kubectl"), "--kubeconfig", str(self.kubeconfig),
@@ -68,13 +68,23 @@ class OperatorRun:
         return self.log.read_text(errors="replace")
 
 
+def with_log(run: OperatorRun, fn, *args, **kwargs):
+    """Call fn; if it fails, the failure carries the operator's log."""
+    try:
+        return fn(*args, **kwargs)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}\n--- operator log (tail) ---\n{run.log_text()[-6000:]}") from exc
+
+
 def install_chart(cluster: Cluster, release_namespace: str, values: dict[str, str]) -> None:
     helm("install", RELEASE, str(CHART), "--namespace", release_namespace, *set_flags(values),
          kubeconfig=cluster.kubeconfig)
 
 
-def start(cluster: Cluster, workdir: Path, *, single_namespace: bool) -> OperatorRun:
-    mode = "single" if single_namespace else "cluster"
+def start(cluster: Cluster, workdir: Path, *, single_namespace: bool, ha: bool = False) -> OperatorRun:
+    """Install the chart and start one operator as its ServiceAccount. With ha, the chart's peering is used
+    and this process is the primary (the chart's default priority 100)."""
+    mode = ("ha-" if ha else "") + ("single" if single_namespace else "cluster")
     suffix = uuid.uuid4().hex[:5]
     release_ns = create_namespace(cluster, f"chart-{mode}-op-{suffix}")
     watch_ns = create_namespace(cluster, f"chart-{mode}-jobs-{suffix}")
@@ -82,23 +92,41 @@ def start(cluster: Cluster, workdir: Path, *, single_namespace: bool) -> Operato
     fullname = f"ddpjob-op-{mode}-{suffix}"
     install_chart(cluster, release_ns, {"fullnameOverride": fullname,
                                         "singleNamespace": str(single_namespace).lower(),
-                                        "watchNamespace": watch_ns if single_namespace else ""})
+                                        "watchNamespace": watch_ns if single_namespace else "",
+                                        "ha.enabled": str(ha).lower()})
     kubeconfig = token_kubeconfig(cluster, release_ns, fullname, workdir / f"{mode}-sa.kubeconfig")
+    run = OperatorRun(cluster, release_ns, watch_ns, fullname, kubeconfig, workdir / f"operator-{mode}.log")
+    peering = ["--peering", fullname, "--priority", "100"] if ha else []
+    run.proc, run.metrics_port = spawn(run, run.log, peering)
+    return run
+
+
+def spawn(run: OperatorRun, log: Path, extra_args: list[str]) -> tuple[subprocess.Popen, int]:
+    """One operator process with the run's ServiceAccount token, live (its /healthz answers) on return."""
     metrics_port, liveness_port = free_port(), free_port()
-    log = workdir / f"operator-{mode}.log"
-    env = {**os.environ, "KUBECONFIG": str(kubeconfig), "PYTHONUNBUFFERED": "1"}
-    # Cluster-wide RBAC, but the process watches only its test namespace: an --all-namespaces operator would
+    env = {**os.environ, "KUBECONFIG": str(run.kubeconfig), "PYTHONUNBUFFERED": "1"}
+    # Cluster-wide RBAC or not, the process watches only its test namespace: an --all-namespaces operator would
     # also reconcile the jobs of every other test sharing this cluster. The cluster-wide verbs it would use are
     # exercised directly with the same token by the test.
-    cmd = [sys.executable, "-m", "ddpjob_operator", "--namespace", watch_ns, "--metrics-port", str(metrics_port),
-           "--liveness-port", str(liveness_port), "--resync-seconds", "5"]
+    cmd = [sys.executable, "-m", "ddpjob_operator", "--namespace", run.watch_namespace,
+           "--metrics-port", str(metrics_port), "--liveness-port", str(liveness_port), "--resync-seconds", "5",
+           *extra_args]
     proc = subprocess.Popen(cmd, env=env, stdout=open(log, "w"), stderr=subprocess.STDOUT, cwd=ROOT,
                             start_new_session=True)
-    run = OperatorRun(cluster, release_ns, watch_ns, fullname, kubeconfig, metrics_port, log, proc)
-    wait_until(lambda: proc.poll() is not None or _healthy(liveness_port), timeout=60,
+    wait_until(lambda: proc.poll() is not None or _healthy(liveness_port), timeout=90,
                what=f"operator liveness on :{liveness_port}")
-    assert proc.poll() is None, f"operator exited with {proc.returncode}:\n{run.log_text()}"
-    return run
+    assert proc.poll() is None, f"operator exited with {proc.returncode}:\n{log.read_text(errors='replace')}"
+    return proc, metrics_port
+
+
+def terminate(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=5)
 
 
 def _healthy(port: int) -> bool:
@@ -110,13 +138,8 @@ def _healthy(port: int) -> bool:
 
 
 def stop(run: OperatorRun) -> None:
-    if run.proc.poll() is None:
-        os.killpg(run.proc.pid, signal.SIGTERM)
-        try:
-            run.proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            os.killpg(run.proc.pid, signal.SIGKILL)
-            run.proc.wait(timeout=5)
+    if run.proc is not None:
+        terminate(run.proc)
     # Cluster-scoped objects (ClusterRole, binding) do not go away with the namespaces.
     helm("uninstall", RELEASE, "--namespace", run.release_namespace, "--wait", check=False,
          kubeconfig=run.cluster.kubeconfig)

@@ -79,8 +79,11 @@ def prometheus(cluster_wide_operator, cluster_wide_job, trainer, tmp_path_factor
 
 
 def test_both_targets_are_up(prometheus):
-    up = prometheus_server.wait_for_series(prometheus, "up == 1")
-    assert {s["metric"]["job"] for s in up} >= {"ddpjob-operator-metrics", TRAINER_JOB}, up
+    # `up` is Prometheus' own series, so it keeps the scrape-config name even under honor_labels.
+    up = prometheus_server.wait_for_series(prometheus, "count(up == 1) == 2")
+    assert up, up
+    jobs = {s["metric"]["job"] for s in prometheus.query("up == 1")}
+    assert jobs == {"ddpjob-operator-metrics", "ddpjob-trainers"}, jobs
 
 
 def test_operator_series_show_the_job_and_its_restart(prometheus):

@@ -10,7 +10,6 @@ import pytest
 
 import job_lifecycle
 import operator_as_service_account as operator_sa
-from conftest import with_log
 
 REFUSED = re.compile(r"forbidden|\b403\b|unauthorized|\b401\b", re.I)
 
@@ -71,7 +70,7 @@ def test_cluster_wide_token_is_refused_secrets_and_exec(cluster_wide_operator, c
 
 def test_single_namespace_operator_runs_a_job_through_a_restart(cluster, single_namespace_operator):
     run = single_namespace_operator
-    job = with_log(run, job_lifecycle.drive_through_restart, cluster, run.watch_namespace)
+    job = operator_sa.with_log(run, job_lifecycle.drive_through_restart, cluster, run.watch_namespace)
     assert_finished_after_one_restart(job)
     assert_no_request_refused(run)
 
