@@ -90,7 +90,10 @@ class RecoveryClock:
         rows = [
             ("detection", self.detected_at - self.killed_at),
             ("pod recreation", self.pods_running_at - self.detected_at),
-            ("process start", max(0.0, in_process - trainer.rendezvous_s - trainer.checkpoint_load_s)),
+            # torchrun's own start-up and its c10d rendezvous, until it spawns the trainer processes.
+            ("torchrun start", max(0.0, in_process - trainer.process_s)),
+            # The trainer process: Python + torch imports, model and data, before and after its rendezvous.
+            ("process start", max(0.0, trainer.process_s - trainer.rendezvous_s - trainer.checkpoint_load_s)),
             ("rendezvous", trainer.rendezvous_s),
             ("checkpoint load", trainer.checkpoint_load_s),
         ]

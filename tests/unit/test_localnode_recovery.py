@@ -1,0 +1,49 @@
+"""The recovery breakdown `make demo` and the e2e tests report, from the trainer's log lines and observed times."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "hack"))
+
+from demo_recovery import RecoveryClock, parse_time, parse_trainer_log  # noqa: E402
+
+LOG = """\
+2026-01-01T00:00:10.000000000Z [job=d attempt=1 rank=0] started pid=8 world_size=4 backend=gloo device=cpu rendezvous_s=0.50
+2026-01-01T00:00:12.000000000Z [job=d attempt=1 rank=0] resumed from checkpoint step=100 samples=6400 world_size_was=4
+2026-01-01T00:00:12.500000000Z [job=d attempt=1 rank=0] ready process_s=6.00 rendezvous_s=0.50 checkpoint_load_s=0.25
+2026-01-01T00:00:13.000000000Z [job=d attempt=1 rank=0] step=110/300 epoch=3 loss=0.1000 lr=1.0e-03 samples/s=100.0
+2026-01-01T00:00:20.000000000Z [job=d attempt=1 rank=0] step=300/300 epoch=9 loss=0.0100 lr=1.0e-04 samples/s=100.0
+2026-01-01T00:00:20.100000000Z [job=d attempt=1 rank=0] done step=300 test_accuracy=0.9750 wall_s=10.0
+"""
+
+
+def test_parse_trainer_log_reads_resume_ready_steps_and_accuracy():
+    log = parse_trainer_log(LOG)
+    assert (log.resumed_step, log.steps, log.metric_name, log.accuracy) == (100, [110, 300], "test_accuracy", 0.975)
+    assert (log.process_s, log.rendezvous_s, log.checkpoint_load_s) == (6.0, 0.5, 0.25)
+    assert log.ready_at == parse_time("2026-01-01T00:00:12.5Z")
+    assert log.first_step_at - log.ready_at == 0.5
+
+
+def test_breakdown_adds_up_to_the_time_from_kill_to_the_first_step():
+    t0 = parse_time("2026-01-01T00:00:00Z")
+    clock = RecoveryClock()
+    clock.kill(t0, step=120, restarts=0)
+    status = {"restarts": 1, "attempt": 1, "replicas": 2}
+    running = [{"metadata": {"labels": {"ddpjob.dev/restart-attempt": "1"}}, "status": {"phase": "Running"}}] * 2
+    clock.observe(status, [], t0 + 2)
+    clock.observe(status, running, t0 + 4)
+    rows = dict(clock.breakdown(parse_trainer_log(LOG)))
+    assert rows["detection"] == 2 and rows["pod recreation"] == 2
+    assert rows["torchrun start"] == 12.5 - 4 - 6
+    assert rows["process start"] == 6 - 0.5 - 0.25
+    parts = sum(v for k, v in rows.items() if k != "recovery total")
+    assert abs(parts - rows["recovery total"]) < 1e-6 and rows["recovery total"] == 13
+
+
+def test_breakdown_says_incomplete_when_the_restart_was_not_seen():
+    clock = RecoveryClock()
+    clock.kill(0.0, step=1)
+    assert clock.breakdown(parse_trainer_log(LOG)) == [("incomplete", -1.0)]
