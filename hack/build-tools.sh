@@ -8,11 +8,11 @@ mkdir -p "$bin"
 shared_cache=${DDPJOB_TOOLS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/ddpjob-operator/bin}
 export GOFLAGS=-mod=mod GOTOOLCHAIN=local CGO_ENABLED=0
 
-build() { # build <tool-dir> <output-name> <package>
-  local dir="$root/hack/tools/$1" out="$2" pkg="$3"
+build() { # build <tool-dir> <output-name> <package> [extra ldflags]
+  local dir="$root/hack/tools/$1" out="$2" pkg="$3" ldflags="-s -w ${4:-}"
   local stamp="$bin/.$out.stamp"
   local want
-  want=$(cat "$dir"/go.mod "$dir"/go.sum "$dir"/*.go 2>/dev/null | sha256sum | cut -c1-16)-$(go env GOVERSION)
+  want=$( (cat "$dir"/go.mod "$dir"/go.sum "$dir"/*.go 2>/dev/null; echo "$ldflags") | sha256sum | cut -c1-16)-$(go env GOVERSION)
   if [[ -x "$bin/$out" && -f "$stamp" && "$(cat "$stamp")" == "$want" ]]; then
     return 0
   fi
@@ -25,16 +25,24 @@ build() { # build <tool-dir> <output-name> <package>
   fi
   echo ">> building $out from $pkg"
   local t0=$SECONDS
-  (cd "$dir" && go build -trimpath -ldflags='-s -w' -o "$bin/$out" "$pkg")
+  (cd "$dir" && go build -trimpath -ldflags="$ldflags" -o "$bin/$out" "$pkg")
   echo "$want" >"$stamp"
   mkdir -p "$shared_cache" && cp "$bin/$out" "$shared.tmp" && mv "$shared.tmp" "$shared"
   echo ">> $out built in $((SECONDS - t0))s"
 }
 
 build etcd etcd .
-build kube kube-apiserver k8s.io/kubernetes/cmd/kube-apiserver
-build kube kube-controller-manager k8s.io/kubernetes/cmd/kube-controller-manager
-build kube kube-scheduler k8s.io/kubernetes/cmd/kube-scheduler
-build kube kubectl k8s.io/kubernetes/cmd/kubectl
+# Stamp the release into the binaries, as Kubernetes' own build does; otherwise they report v0.0.0 and clients
+# such as helm misjudge the server's version.
+kube_version=$(grep -oE 'k8s.io/kubernetes v[0-9.]+' "$root/hack/tools/kube/go.mod" | head -1 | cut -d' ' -f2)
+kube_minor=$(echo "$kube_version" | cut -d. -f2)
+kv=""
+for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+  kv+=" -X $pkg.gitVersion=$kube_version -X $pkg.gitMajor=1 -X $pkg.gitMinor=$kube_minor -X $pkg.gitTreeState=clean"
+done
+build kube kube-apiserver k8s.io/kubernetes/cmd/kube-apiserver "$kv"
+build kube kube-controller-manager k8s.io/kubernetes/cmd/kube-controller-manager "$kv"
+build kube kube-scheduler k8s.io/kubernetes/cmd/kube-scheduler "$kv"
+build kube kubectl k8s.io/kubernetes/cmd/kubectl "$kv"
 build kwok kwok sigs.k8s.io/kwok/cmd/kwok
 build helm helm helm.sh/helm/v3/cmd/helm
