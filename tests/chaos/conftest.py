@@ -1,0 +1,101 @@
+"""Chaos fixtures: the CRD, a Python API client, a printed seed (CHAOS_SEED=N reproduces a run), the operator
+as a real process, and the summary table printed at the end of the session."""
+
+from __future__ import annotations
+
+import os
+import random
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from support.operator import OperatorProcess, install_crds  # noqa: E402
+
+SUMMARY: list[ChaosFigures] = []
+
+
+@dataclass
+class ChaosFigures:
+    test: str
+    seed: int
+    jobs: int = 0
+    faults: int = 0
+    operator_kills: int = 0
+    violations: int = 0
+    peak_rss_mib: float = 0.0
+    seconds: float = 0.0
+    detail: str = ""
+
+
+@pytest.fixture(scope="session")
+def crds(cluster):
+    install_crds(cluster.kubectl)
+
+
+@pytest.fixture
+def api(cluster):
+    from kubernetes import client, config
+    cfg = client.Configuration()
+    config.load_kube_config(config_file=str(cluster.kubeconfig), client_configuration=cfg)
+    cfg.connection_pool_maxsize = 8
+    cfg.retries = False  # a down apiserver must surface at once, not after urllib3's silent retries
+    return client.ApiClient(configuration=cfg)
+
+
+@pytest.fixture
+def seed(request) -> int:
+    value = int(os.environ.get("CHAOS_SEED") or random.SystemRandom().randrange(1, 2**31))
+    print(f"\nchaos seed for {request.node.name}: {value} (rerun with CHAOS_SEED={value})")
+    return value
+
+
+@pytest.fixture
+def figures(request, seed):
+    row = ChaosFigures(test=request.node.name, seed=seed)
+    started = time.monotonic()
+    yield row
+    row.seconds = time.monotonic() - started
+    SUMMARY.append(row)
+
+
+@pytest.fixture
+def operator_process(cluster, crds, namespace, tmp_path, request):
+    # CHAOS_LOG_DIR keeps the logs where pytest's rotation of old tmp dirs cannot remove them.
+    log_dir = Path(os.environ.get("CHAOS_LOG_DIR") or tmp_path)
+    log_dir.mkdir(parents=True, exist_ok=True)
+    # The integration suite's 2 s resync would reconcile all 50 jobs every 2 s: a CPU storm on 2 cores that hides
+    # what the chaos is about. Events drive the passes; the resync is only the safety net.
+    op = OperatorProcess(cluster.kubeconfig, [namespace], log_dir / f"{request.node.name}-operator.log",
+                         env={"DDPJOB_RESYNC_SECONDS": "15"}, verbose=False)
+    yield op
+    op.stop()
+    report = getattr(request.node, "rep_call", None)
+    if report is None or report.failed:
+        print(f"----- operator log ({op.log_path}) -----\n{op.log()[-20000:]}")
+
+
+@pytest.hookimpl(tryfirst=True, hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    report = outcome.get_result()
+    setattr(item, f"rep_{report.when}", report)
+
+
+def pytest_terminal_summary(terminalreporter):
+    if not SUMMARY:
+        return
+    tr = terminalreporter
+    tr.section("chaos summary")
+    header = f"{'test':<44} {'seed':>10} {'jobs':>5} {'faults':>6} {'op kills':>8} {'violations':>10} " \
+             f"{'peak RSS MiB':>12} {'seconds':>8}"
+    tr.write_line(header)
+    for row in SUMMARY:
+        tr.write_line(f"{row.test[:44]:<44} {row.seed:>10} {row.jobs:>5} {row.faults:>6} {row.operator_kills:>8} "
+                      f"{row.violations:>10} {row.peak_rss_mib:>12.1f} {row.seconds:>8.1f}")
+        if row.detail:
+            tr.write_line(f"    {row.detail}")

@@ -1,0 +1,96 @@
+"""A seeded workload of DDPJobs, each with a script of faults, and the outcome its restartPolicy and backoffLimit
+say it must reach. The expected outcome is computed here from the README's rules, independently of the
+operator's own code, so the test can disagree with the operator."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+
+from faults import EXIT_CODE, EXIT_CODES, NODE_LOST, POD_FAULTS, Fault
+
+POLICIES = ("OnFailure", "ExitCode", "Never")
+
+
+@dataclass(frozen=True)
+class Outcome:
+    phase: str
+    reason: str  # reason of the Failed condition, or "Succeeded"
+    restarts: int
+    faults_used: int  # faults injected before the job is over; later ones in the script never happen
+
+
+@dataclass
+class JobScript:
+    name: str
+    replicas: int
+    policy: str
+    backoff_limit: int
+    faults: list[Fault] = field(default_factory=list)
+    node: str | None = None  # a spare node the job's pods are pinned to (for node-lost faults)
+
+    def outcome(self) -> Outcome:
+        restarts = 0
+        for used, fault in enumerate(self.faults, start=1):
+            if self.policy == "Never":
+                return Outcome("Failed", "PodFailed", restarts, used)
+            if self.policy == "ExitCode" and not fault.retryable_under_exit_code_policy():
+                return Outcome("Failed", "PermanentExitCode", restarts, used)
+            if restarts >= self.backoff_limit:
+                return Outcome("Failed", "BackoffLimitExceeded", restarts, used)
+            restarts += 1
+        return Outcome("Succeeded", "Succeeded", restarts, len(self.faults))
+
+    def open_for_more(self) -> bool:
+        """Whether one more retryable fault would still be injected (the job has not ended before it)."""
+        out = self.outcome()
+        return out.phase == "Succeeded" and self.policy != "Never" and out.restarts < self.backoff_limit
+
+    def manifest(self) -> dict:
+        selector = {"spare": self.node} if self.node else {"type": "kwok"}
+        return {
+            "apiVersion": "ddpjob.dev/v1alpha1", "kind": "DDPJob", "metadata": {"name": self.name},
+            "spec": {
+                "replicas": self.replicas, "gpusPerReplica": 0, "restartPolicy": self.policy,
+                "runPolicy": {"backoffLimit": self.backoff_limit, "restartBackoffSeconds": 0},
+                "template": {"spec": {
+                    # No GPUs: the chaos pods must not starve other suites of the shared simulated GPUs.
+                    "nodeSelector": selector,
+                    "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+                    "terminationGracePeriodSeconds": 1,
+                    "containers": [{"name": "trainer", "image": "example.invalid/trainer:1"}]}},
+            },
+        }
+
+
+def random_fault(rng: random.Random, kinds: tuple[str, ...]) -> Fault:
+    kind = rng.choice(kinds)
+    return Fault(kind, rng.choice(EXIT_CODES) if kind == EXIT_CODE else None)
+
+
+def build_workload(seed: int, jobs: int, faults: int, kinds: tuple[str, ...] = POD_FAULTS, prefix: str = "j",
+                   node_lost_jobs: int = 0, spare_node: str | None = None) -> list[JobScript]:
+    """`jobs` scripts holding exactly `faults` injectable faults (as many as the jobs can take). A fault is only
+    ever added to a job that would still succeed, so every fault in a script is really injected."""
+    rng = random.Random(seed)
+    scripts = [JobScript(name=f"{prefix}{i:02d}", replicas=rng.randint(1, 3),
+                         policy=rng.choices(POLICIES, weights=(5, 3, 2))[0], backoff_limit=rng.randint(0, 4))
+               for i in range(jobs)]
+    for script in scripts[:node_lost_jobs]:
+        script.node = spare_node
+        script.policy = "OnFailure" if script.policy == "Never" else script.policy
+        script.backoff_limit = max(1, script.backoff_limit)
+        script.faults.append(Fault(NODE_LOST))
+    injected = sum(s.outcome().faults_used for s in scripts)
+    while injected < faults:
+        alive = [s for s in scripts if s.outcome().phase == "Succeeded"]
+        if not alive:
+            break
+        still_open = [s for s in alive if s.open_for_more()]
+        # Mostly faults the job survives (restarts), sometimes one that ends it (any terminal path).
+        pool = still_open if still_open and rng.random() < 0.75 else alive
+        rng.choice(pool).faults.append(random_fault(rng, kinds))
+        injected += 1
+    for script in scripts:
+        script.faults = script.faults[: script.outcome().faults_used]
+    return scripts
