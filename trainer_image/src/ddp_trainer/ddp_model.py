@@ -11,10 +11,24 @@ from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 
-def wrap_model(model: nn.Module, device: torch.device, ddp_cfg) -> tuple[DDP, nn.Module]:
+SYNC_BATCHNORM_ON_CPU = "--ddp.sync-batchnorm ignored: SyncBatchNorm only works on CUDA; using plain BatchNorm"
+
+
+def use_sync_batchnorm(requested: bool, device: torch.device) -> tuple[bool, str | None]:
+    """A GPU job's spec stays runnable on a CPU node (local mode, tests): the option is dropped with a warning
+    instead of DDP's ValueError."""
+    if requested and device.type != "cuda":
+        return False, SYNC_BATCHNORM_ON_CPU
+    return requested, None
+
+
+def wrap_model(model: nn.Module, device: torch.device, ddp_cfg, warn=print) -> tuple[DDP, nn.Module]:
     """Returns (the DDP module to train, the compiled module to call); they are the same object unless
     compiled."""
-    if ddp_cfg.sync_batchnorm:
+    sync_bn, warning = use_sync_batchnorm(ddp_cfg.sync_batchnorm, device)
+    if warning:
+        warn(warning)
+    if sync_bn:
         model = nn.SyncBatchNorm.convert_sync_batchnorm(model)
     model.to(device)
     ddp = DDP(model, device_ids=[device.index] if device.type == "cuda" else None,

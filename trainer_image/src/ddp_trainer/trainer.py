@@ -34,7 +34,7 @@ class Trainer:
         seed_everything(cfg.train.seed)  # identical initial weights on every rank
         self.workload = workload or build_workload(cfg)
         seed_everything(cfg.train.seed + 7919 * env.rank)  # then distinct streams (dropout, augmentation)
-        self.ddp, self.model = wrap_model(self.workload.model, device, cfg.ddp)
+        self.ddp, self.model = wrap_model(self.workload.model, device, cfg.ddp, self._warn)
         self.optimizer = make_optimizer(self.ddp, cfg.train)
         self.global_batch = global_batch_size(env.world_size, cfg.train.batch_size_per_rank,
                                               cfg.train.global_batch_size)
@@ -54,6 +54,8 @@ class Trainer:
         self.last_checkpoint_step, self.last_checkpoint_time = -1, time.monotonic()
         self.checkpoint_load_seconds = 0.0
         self.last_loss = float("nan")
+        # DDP's static_graph records the graph on the first backward and asserts if that one ran under no_sync.
+        self.graph_recorded = not cfg.ddp.static_graph
 
     def serve_metrics(self) -> bool:
         return serve(self.metrics, metrics_address(self.cfg.metrics.port, self.env.local_rank), self._warn)
@@ -153,12 +155,15 @@ class Trainer:
         sizes = split_sizes(len(inputs), k)
         total = torch.zeros((), device=self.device)
         for i, (x, y) in enumerate(zip(inputs.split(sizes), targets.split(sizes))):
-            with contextlib.nullcontext() if i == k - 1 else self.ddp.no_sync():
+            # Until the static graph is recorded every micro-batch syncs: more traffic on one step, same result,
+            # since DDP's averaging is linear in the gradients.
+            with contextlib.nullcontext() if i == k - 1 or not self.graph_recorded else self.ddp.no_sync():
                 with autocast_context(self.device, self.cfg.ddp.autocast):
                     output = self.model(x)
                 losses = self.workload.sample_losses(output, y)
                 (losses.sum() * scale).backward()
             total += losses.detach().sum()
+        self.graph_recorded = True
         return total
 
     def _observe_phases(self, data: float, forward_backward: float, optimizer: float) -> None:
