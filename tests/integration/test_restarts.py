@@ -120,10 +120,10 @@ def set_node_ready(cluster, node: str, ready: bool) -> None:
 
 
 @pytest.fixture
-def spare_node(cluster, namespace):
+def spare_node(cluster, op_namespace):
     """A node of our own that no kwok manages, so nothing runs or removes its pods: like a node whose kubelet
     died. The test drives its Ready condition and its pods' status by hand."""
-    name = f"spare-{namespace}"[:60]
+    name = f"spare-{op_namespace}"[:60]
     node = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": {"spare": name}},
             "status": {"capacity": {"cpu": "64", "memory": "512Gi", "pods": "110", "nvidia.com/gpu": "8"},
                        "allocatable": {"cpu": "64", "memory": "512Gi", "pods": "110", "nvidia.com/gpu": "8"}}}

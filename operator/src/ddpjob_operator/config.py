@@ -35,7 +35,7 @@ def parse_args(argv: list[str] | None = None) -> OperatorConfig:
     p = argparse.ArgumentParser(prog="ddpjob-operator", description="Runs PyTorch DDP training jobs (DDPJob).")
     scope = p.add_mutually_exclusive_group()
     scope.add_argument("--namespace", "-n", action="append", default=[], metavar="NS",
-                       help="watch this namespace (repeatable); default: all namespaces")
+                       help="watch this namespace (repeatable; globs such as team-* allowed); default: all namespaces")
     scope.add_argument("--all-namespaces", "-A", action="store_true", help="watch every namespace (default)")
     p.add_argument("--metrics-port", type=int, default=8080, help="port of /metrics (0 disables it)")
     p.add_argument("--liveness-port", type=int, default=8081, help="port of kopf's /healthz (0 disables it)")

@@ -8,6 +8,7 @@ would strand jobs whenever the operator is down."""
 from __future__ import annotations
 
 import asyncio
+import fnmatch
 import logging
 from dataclasses import dataclass, field
 
@@ -105,7 +106,9 @@ async def _resync_forever(rt: Runtime) -> None:
 
 
 def _list_jobs(custom: client.CustomObjectsApi, namespaces: tuple[str, ...]) -> list[tuple[str, str]]:
-    if namespaces:
+    """Every job in scope. Namespace globs (kopf accepts `team-*`) are listed cluster-wide and filtered here."""
+    globbed = any(ch in ns for ns in namespaces for ch in "*?[")
+    if namespaces and not globbed:
         items = []
         for ns in namespaces:
             items += body(custom.list_namespaced_custom_object(
@@ -114,4 +117,7 @@ def _list_jobs(custom: client.CustomObjectsApi, namespaces: tuple[str, ...]) -> 
     else:
         items = body(custom.list_cluster_custom_object(api.GROUP, api.VERSION, api.PLURAL, _preload_content=False,
                                                        _request_timeout=REQUEST_TIMEOUT))["items"]
-    return [(j["metadata"]["namespace"], j["metadata"]["name"]) for j in items]
+    keys = [(j["metadata"]["namespace"], j["metadata"]["name"]) for j in items]
+    if globbed:
+        keys = [k for k in keys if any(fnmatch.fnmatchcase(k[0], ns) for ns in namespaces)]
+    return keys
