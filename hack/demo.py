@@ -131,11 +131,14 @@ def main() -> int:
     clock = RecoveryClock()
     last = ""
     status: dict = {}
+    progress: dict = {}
     while time.time() - t0 < timeout:
         status = job_status()
         clock.observe(status, pods(), time.time())
-        progress = log_progress() if status.get("phase") in ("Running", "Restarting") else {}
-        progress = max(progress, status.get("progress") or {}, key=lambda p: p.get("step", 0))
+        # Worker 0's log while it runs (it restarts from its checkpoint: the step may go back a little), else
+        # the last progress seen, so the bar does not jump back to the operator's older scrape at the end.
+        progress = (log_progress() if status.get("phase") == "Running" else {}) or progress or \
+            (status.get("progress") or {})
         line = live_line(status, progress, time.time() - t0, total_steps)
         if line.split("] ", 1)[1] != last.split("] ", 1)[-1]:
             print(line, flush=True)
