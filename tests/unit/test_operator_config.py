@@ -41,3 +41,16 @@ def test_log_lines_name_job_attempt_and_pod():
     record.job, record.attempt, record.pod = "ns/a", 2, "a-worker-0"
     line = LogfmtFormatter().format(record)
     assert line.endswith('level=info logger=ddpjob.applier msg="created pod" job=ns/a attempt=2 pod=a-worker-0')
+
+
+def test_busy_metrics_port_is_a_clear_error(capsys):
+    import socket
+
+    from ddpjob_operator.__main__ import main
+    with socket.socket() as busy:
+        busy.bind(("0.0.0.0", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        assert main(["--metrics-port", str(port)]) == 2
+    assert f"ddpjob-operator: cannot serve metrics on port {port} (Address already in use); choose another with " \
+           "--metrics-port" in capsys.readouterr().err

@@ -18,7 +18,12 @@ def main(argv: list[str] | None = None) -> int:
     config = parse_args(argv)
     setup_logging(config.verbose)
     if config.metrics_port:
-        serve(config.metrics_port)
+        try:
+            serve(config.metrics_port)
+        except OSError as exc:
+            print(f"ddpjob-operator: cannot serve metrics on port {config.metrics_port} ({exc.strerror}); "
+                  "choose another with --metrics-port", file=sys.stderr)
+            return 2
     liveness = f"http://0.0.0.0:{config.liveness_port}/healthz" if config.liveness_port else None
     logging.getLogger("ddpjob").info(
         "starting: namespaces=%s metrics=%s liveness=%s", ",".join(config.namespaces) or "*",

@@ -59,7 +59,8 @@ def build_registry(config: OperatorConfig) -> kopf.OperatorRegistry:
         rt.queue = WorkQueue(rt.reconciler.reconcile, workers=config.workers)
         rt.queue.start()
         rt.tasks.append(asyncio.create_task(_resync_forever(rt), name="ddpjob-resync"))
-        log.info("operator started", extra={"job": ",".join(config.namespaces) or "*"})
+        log.info("operator started: namespaces=%s workers=%d resync=%ss", ",".join(config.namespaces) or "*",
+                 config.workers, config.resync_seconds)
 
     @kopf.on.cleanup(registry=registry)
     async def cleanup(**_):

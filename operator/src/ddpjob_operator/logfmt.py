@@ -36,3 +36,4 @@ def setup_logging(verbose: bool) -> None:
     # kopf and urllib3 are chatty at INFO about every watch event; our own lines say what matters.
     logging.getLogger("kopf").setLevel(logging.DEBUG if verbose else logging.WARNING)
     logging.getLogger("urllib3").setLevel(logging.WARNING)
+    logging.getLogger("aiohttp.access").setLevel(logging.WARNING)  # one line per liveness probe otherwise
