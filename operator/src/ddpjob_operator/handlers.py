@@ -50,6 +50,8 @@ def build_registry(config: OperatorConfig) -> kopf.OperatorRegistry:
         settings.watching.client_timeout = 330
         settings.watching.reconnect_backoff = 1.0
         settings.networking.request_timeout = 30
+        # kopf gives up on a failing request after these delays: about 2.5 minutes rides out an apiserver restart.
+        settings.networking.error_backoffs = [1, 1, 2, 3, 5, 8, 13, 21, 34, 55]
         settings.peering.priority = config.priority
         if config.peering:
             settings.peering.name = config.peering
