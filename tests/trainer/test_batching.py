@@ -2,7 +2,7 @@
 
 import pytest
 
-from ddp_trainer.batching import (SamplePosition, global_batch_size, loss_scale, rank_slice, scaled_lr,
+from ddp_trainer.batching import (SamplePosition, check_accumulation, global_batch_size, loss_scale, rank_slice, scaled_lr,
                                   split_sizes)
 from ddp_trainer.lr_schedule import LearningRateSchedule
 from ddp_trainer.sampler import GlobalBatchSampler
@@ -97,3 +97,10 @@ def test_sampler_resumes_mid_epoch_at_another_world_size():
     for _ in range(3):
         position = position.after_batch(12, 50)
     assert global_order(3, 12, 4, start=position) == straight[3:]
+
+
+def test_accumulation_needs_a_sample_per_micro_batch_on_every_rank():
+    check_accumulation(12, 2, 6)
+    with pytest.raises(ValueError, match="each rank gets at least 2 samples per step, fewer than "
+                                         "--train.grad-accum-steps=3 micro-batches"):
+        check_accumulation(10, 4, 3)  # shares 3,3,2,2

@@ -15,7 +15,7 @@ STEPS = 200
 EVERY = 20
 HELD_STEP = 60
 
-HOOK = '''
+HOOK = r'''
 import os
 import re
 import time

@@ -28,6 +28,14 @@ def global_batch_size(world_size: int, batch_size_per_rank: int, fixed_global_ba
     return batch
 
 
+def check_accumulation(global_batch: int, world_size: int, micro_batches: int) -> None:
+    """Every rank must run the same number of non-empty micro-batches, or DDP's reductions fall out of step."""
+    smallest_share = global_batch // world_size
+    if smallest_share < micro_batches:
+        raise ValueError(f"each rank gets at least {smallest_share} samples per step, fewer than "
+                         f"--train.grad-accum-steps={micro_batches} micro-batches")
+
+
 def loss_scale(world_size: int, global_batch: int) -> float:
     """Per-sample losses are summed and multiplied by this. DDP averages gradients over ranks (divides by N),
     so N/B makes the result the mean over the global batch even when ranks hold unequal shares."""

@@ -12,7 +12,7 @@ import torch.distributed as dist
 from torch.utils.data import DataLoader
 
 from . import exit_codes
-from .batching import SamplePosition, global_batch_size, loss_scale, scaled_lr, split_sizes
+from .batching import SamplePosition, check_accumulation, global_batch_size, loss_scale, scaled_lr, split_sizes
 from .checkpoint import CheckpointStore
 from .config import Config
 from .ddp_model import autocast_context, wrap_model
@@ -38,9 +38,7 @@ class Trainer:
         self.optimizer = make_optimizer(self.ddp, cfg.train)
         self.global_batch = global_batch_size(env.world_size, cfg.train.batch_size_per_rank,
                                               cfg.train.global_batch_size)
-        if self.global_batch // env.world_size < cfg.train.grad_accum_steps:
-            raise ValueError(f"each rank gets {self.global_batch // env.world_size} samples per step, fewer than "
-                             f"--train.grad-accum-steps={cfg.train.grad_accum_steps} micro-batches")
+        check_accumulation(self.global_batch, env.world_size, cfg.train.grad_accum_steps)
         self.schedule = LearningRateSchedule(
             peak_lr=scaled_lr(cfg.train.lr, env.world_size, cfg.train.lr_scaling), total_steps=cfg.train.steps,
             warmup_steps=cfg.train.warmup_steps, decay=cfg.train.decay, min_lr_ratio=cfg.train.min_lr_ratio)
