@@ -11,7 +11,7 @@ import time
 
 from launch import DONE, PROGRESS, RESUMED, start, standalone_cmd, stop, trainer_env, wait_for_line
 
-STEPS = 200
+STEPS = 100
 EVERY = 20
 HELD_STEP = 60
 
