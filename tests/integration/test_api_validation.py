@@ -7,6 +7,7 @@ import copy
 import json
 
 import uuid
+from pathlib import Path
 
 import pytest
 
@@ -124,3 +125,10 @@ def test_kubectl_explain_describes_the_spec(kube, crds):
     text = kube("explain", "ddpj.spec.runPolicy").stdout
     assert "Limits and clean-up." in text
     assert "backoffLimit" in text and "Whole-group restarts allowed" in text
+
+
+@pytest.mark.parametrize("example", ["gpu-2x8.yaml", "elastic-exitcode.yaml"])
+def test_examples_are_accepted(kube, crds, example):
+    path = Path(__file__).resolve().parents[2] / "examples" / example
+    res = kube("apply", "--dry-run=server", "-f", str(path), check=False)
+    assert res.returncode == 0, res.stderr
