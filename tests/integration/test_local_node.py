@@ -124,6 +124,14 @@ def test_logs_follow_streams_until_the_container_exits(cluster, agent, namespace
     assert tail == "tick 3\n"
 
 
+def test_container_over_its_memory_limit_is_oom_killed(cluster, agent, namespace):
+    pod = localnode.local_pod("hog", ["python", "-c", "import time; x = bytearray(300 * 2**20); time.sleep(60)"],
+                              container={"resources": {"limits": {"memory": "100Mi"}}})
+    localnode.apply(cluster, namespace, pod)
+    state = localnode.terminated(localnode.wait_phase(cluster, namespace, "hog", ("Failed", "Succeeded"), timeout=60))
+    assert (state["reason"], state["exitCode"]) == ("OOMKilled", 137)
+
+
 def test_pods_of_a_crashed_agent_die_and_are_marked_failed_when_it_returns(cluster, agent, namespace):
     pod = localnode.local_pod("orphan", ["sh", "-c", "echo up; sleep 300"])
     localnode.apply(cluster, namespace, pod)

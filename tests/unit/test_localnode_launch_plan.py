@@ -12,6 +12,7 @@ from ddpjob_localnode.env_expansion import container_env, expand, field_ref
 from ddpjob_localnode.hosts_block import hosts_entries, pod_dns_names, render
 from ddpjob_localnode.launch_plan import LaunchError, build_launch_plan, rewrite_path
 from ddpjob_localnode.loopback_ips import LoopbackAllocator
+from ddpjob_localnode.memory_limit import parse_quantity
 from ddpjob_localnode.pod_status import lost_results, terminated_status, termination_message, was_started, \
     ContainerResult
 
@@ -160,3 +161,14 @@ def test_lost_pod_is_failed_with_container_status_unknown():
     terminated = status["containerStatuses"][0]["state"]["terminated"]
     assert (status["phase"], terminated["exitCode"], terminated["reason"]) == ("Failed", 137, "ContainerStatusUnknown")
     assert not was_started({"status": {"phase": "Pending"}})
+
+
+@pytest.mark.parametrize("text,want", [("100", 100), ("1Ki", 1024), ("512Mi", 512 * 2**20), ("1G", 10**9),
+                                       ("1.5Gi", int(1.5 * 2**30))])
+def test_parse_quantity(text, want):
+    assert parse_quantity(text) == want
+
+
+def test_parse_quantity_refuses_what_it_cannot_read():
+    with pytest.raises(ValueError, match="unsupported memory quantity '1e9'"):
+        parse_quantity("1e9")

@@ -25,11 +25,12 @@ from .kubelet_api import serve
 from .launch_plan import LaunchError, build_launch_plan
 from .layout import Layout
 from .loopback_ips import LoopbackAllocator
+from .memory_limit import memory_limit
 from .node_heartbeat import NodeHeartbeat
 from .node_identity import ensure_credentials
 from .node_object import NodeResources
 from .pod_events import PodEvents
-from .pod_status import ContainerResult, lost_results, running_status, terminated_status, \
+from .pod_status import ContainerResult, exit_reason, lost_results, running_status, terminated_status, \
     termination_message, was_started
 
 log = logging.getLogger("ddpjob_localnode.agent")
@@ -78,6 +79,7 @@ class Agent:
         self.logs: dict[tuple[str, str, str], ContainerProcess] = {}
         self.ips = LoopbackAllocator()
         self.stopping = threading.Event()
+        self._memory_checked_at = 0.0
 
     # --- set-up ---------------------------------------------------------------------------------------------
     def connect(self) -> None:
@@ -132,6 +134,7 @@ class Agent:
                 elif item and item[0] == "sync":
                     self.on_sync(item[1])
                 self._kill_overdue()
+                self._enforce_memory_limits()
             except Exception:  # one bad pod must not stop the node
                 log.exception("handling %s failed", item[:2] if item else "tick")
 
@@ -143,6 +146,19 @@ class Agent:
                 for proc in local.containers.values():
                     proc.kill()
                 local.kill_at = None
+
+    def _enforce_memory_limits(self) -> None:
+        # Each check walks /proc: once a second is enough (a kernel OOM kill is not instantaneous either).
+        if time.monotonic() - self._memory_checked_at < 1.0:
+            return
+        self._memory_checked_at = time.monotonic()
+        for local in self.pods.values():
+            for proc in local.containers.values():
+                if proc.enforce_memory_limit():
+                    log.warning("%s: container %s over its memory limit (%d bytes): killed", pod_context(local.pod),
+                                proc.plan.container, proc.memory_limit)
+                    self.events.emit(local.pod, "OOMKilled", f"Container {proc.plan.container} used more than its "
+                                     f"memory limit and was killed", warning=True)
 
     def on_sync(self, uids: set[str]) -> None:
         """After a relist: pods that vanished while the watch was down count as deleted."""
@@ -182,7 +198,8 @@ class Agent:
             message = termination_message(_read(proc.plan.termination_log), read_log_text(proc.plan.log_file),
                                           proc.exit_code, policy)
             results.append(ContainerResult(proc.plan.container, proc.exit_code, proc.started_at,
-                                           proc.finished_at, message=message, container_id=proc.container_id))
+                                           proc.finished_at, reason=exit_reason(proc.exit_code, proc.oom_killed),
+                                           message=message, container_id=proc.container_id))
             log.info("%s: container %s exited with code %d", pod_context(local.pod), proc.plan.container,
                      proc.exit_code)
         self._patch_status(local.pod, terminated_status(local.pod, results, datetime.now(timezone.utc)))
@@ -208,7 +225,8 @@ class Agent:
                 raise LaunchError("init containers are not supported in local mode")
             plans = [build_launch_plan(view, c, pod_dir, self.layout.state_dir / "hostpath", self.layout.venv_bin,
                                        self._lookup_key) for c in pod["spec"]["containers"]]
-        except LaunchError as err:
+            limits = {c["name"]: memory_limit(c) for c in pod["spec"]["containers"]}
+        except (LaunchError, ValueError) as err:
             self._report_start_error(pod, str(err))
             return
         local = LocalPod(pod, pod_ip, pod_dir)
@@ -218,7 +236,7 @@ class Agent:
         self.events.emit(pod, "LocalMode", f"Image {images} is not used in local mode: running the command as "
                          f"a local process from {self.layout.venv_bin}, pod IP {pod_ip}")
         for plan in plans:
-            proc = ContainerProcess(plan, lambda p, uid=uid: self.queue.put(("exited", uid)))
+            proc = ContainerProcess(plan, lambda p, uid=uid: self.queue.put(("exited", uid)), limits[plan.container])
             local.containers[plan.container] = proc
             self.logs[(meta["namespace"], meta["name"], plan.container)] = proc
             log.info("%s: started container %s as pid %d (ip %s): %s", pod_context(pod), plan.container,

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Callable
 
 from .launch_plan import LaunchPlan
+from .memory_limit import tree_rss
 
 
 def cri_timestamp(now: datetime | None = None) -> str:
@@ -24,8 +25,11 @@ class ContainerProcess:
     """Must be started from a thread that lives as long as the agent: PR_SET_PDEATHSIG fires when the
     *thread* that forked the child exits, not only the process."""
 
-    def __init__(self, plan: LaunchPlan, on_exit: Callable[["ContainerProcess"], None]):
+    def __init__(self, plan: LaunchPlan, on_exit: Callable[["ContainerProcess"], None],
+                 memory_limit: int | None = None):
         self.plan = plan
+        self.memory_limit = memory_limit
+        self.oom_killed = False
         self.started_at = datetime.now(timezone.utc)
         self.finished_at: datetime | None = None
         self.exit_code: int | None = None
@@ -59,6 +63,16 @@ class ContainerProcess:
         """SIGKILL to the shim's process group; the PID namespace takes every descendant with it."""
         self.killed_by_agent = True
         self._signal(signal.SIGKILL)
+
+    def enforce_memory_limit(self) -> bool:
+        """Kill the tree when it uses more than its limit; True when it did."""
+        if self.memory_limit is None or not self.running or self.oom_killed:
+            return False
+        if tree_rss(self.proc.pid) <= self.memory_limit:
+            return False
+        self.oom_killed = True
+        self.kill()
+        return True
 
     def _signal(self, signum: int) -> None:
         if not self.running:
