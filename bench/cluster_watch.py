@@ -29,26 +29,26 @@ class NamespaceWatch:
         self.attempt_seen: dict[str, dict[int, float]] = defaultdict(dict)
         self.phase: dict[str, str] = {}
         self.events = 0
+        self.reconnects = 0
         self._responses = []
         self._threads = []
         self._stopping = False
 
     def start(self) -> "NamespaceWatch":
-        opened = [
-            self.core.list_namespaced_pod(self.namespace, watch=True, _preload_content=False, timeout_seconds=3600),
-            self.custom.list_namespaced_custom_object("ddpjob.dev", "v1alpha1", self.namespace, "ddpjobs",
-                                                      watch=True, _preload_content=False, timeout_seconds=3600),
+        listers = [
+            lambda **kw: self.core.list_namespaced_pod(self.namespace, _preload_content=False, **kw),
+            lambda **kw: self.custom.list_namespaced_custom_object("ddpjob.dev", "v1alpha1", self.namespace,
+                                                                   "ddpjobs", _preload_content=False, **kw),
         ]
-        for response, handle in zip(opened, (self._pod, self._job)):
-            self._responses.append(response)
-            thread = threading.Thread(target=self._pump, args=(response, handle), daemon=True)
+        for lister, handle in zip(listers, (self._pod, self._job)):
+            thread = threading.Thread(target=self._pump, args=(lister, handle), daemon=True)
             thread.start()
             self._threads.append(thread)
         return self
 
     def stop(self) -> None:
         self._stopping = True
-        for response in self._responses:
+        for response in list(self._responses):
             try:
                 response.shutdown() if hasattr(response, "shutdown") else response.close()
             except Exception:  # already closed by the server
@@ -56,17 +56,45 @@ class NamespaceWatch:
         for thread in self._threads:
             thread.join(timeout=5)
 
-    def _pump(self, response, handle) -> None:
-        try:
-            for line in iter_resp_lines(response):
-                event = json.loads(line)
-                now = time.monotonic()
-                with self.lock:
-                    self.events += 1
-                    handle(event["type"], event["object"], now)
-        except Exception:
+    def _pump(self, lister, handle) -> None:
+        """List, then watch from that resourceVersion, and resume from the last one seen whenever the stream
+        ends: on a starved 2-core VM the API server closes watchers it finds unresponsive ("Forcing watcher
+        close due to unresponsiveness"), and a silent end would freeze the benchmark's view."""
+        version = self._relist(lister, handle)
+        while not self._stopping:
+            response = lister(watch=True, resource_version=version, allow_watch_bookmarks=True,
+                              timeout_seconds=600)
+            self._responses.append(response)
+            try:
+                for line in iter_resp_lines(response):
+                    event = json.loads(line)
+                    obj = event["object"]
+                    if event["type"] == "ERROR":  # 410 Gone: our version is too old, list again
+                        version = self._relist(lister, handle)
+                        break
+                    version = obj["metadata"].get("resourceVersion", version)
+                    if event["type"] == "BOOKMARK":
+                        continue
+                    now = time.monotonic()
+                    with self.lock:
+                        self.events += 1
+                        handle(event["type"], obj, now)
+            except Exception:
+                if self._stopping:
+                    return
+                time.sleep(0.5)
+            finally:
+                self._responses.remove(response)
             if not self._stopping:
-                raise
+                self.reconnects += 1
+
+    def _relist(self, lister, handle) -> str:
+        listed = json.loads(lister().data)
+        now = time.monotonic()
+        with self.lock:
+            for obj in listed["items"]:
+                handle("MODIFIED", obj, now)
+        return listed["metadata"]["resourceVersion"]
 
     def _pod(self, kind: str, pod: dict, now: float) -> None:
         meta = pod["metadata"]

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # `make bench`: trainer overhead and scaling (CPU), operator scale and recovery at scale (throw-away kwok
 # cluster on its own ports), local recovery (the demo's kill), then plots and the summary table.
-#   BENCH_WORKLOADS="250x2 25x16"     scale workloads, JOBSxPODS. The issue asks for "1000x2 100x16"; on the shared
-#                                     2-core VM that does not fit in 20 minutes (README, Benchmarks), so the
-#                                     default is a quarter of it
+#   BENCH_WORKLOADS="100x2 10x16"     scale workloads, JOBSxPODS. The issue asks for "1000x2 100x16"; on the shared,
+#                                     starved 2-core VM that does not fit in 20 minutes (README, Benchmarks), so
+#                                     the default is a tenth of it
+#   BENCH_TRAINER_STEPS=10            measured steps per repeat of the trainer benchmarks
 #   BENCH_NODES=250                   kwok nodes (x 8 GPUs) of the throw-away cluster
 #   BENCH_SKIP="local"                any of: trainer scale local (skip those parts)
 set -euo pipefail
@@ -20,19 +21,19 @@ if ! skip trainer; then
   say "trainer: ddp_trainer loop vs a hand-written loop, world 1 (ddp_trainer.bench_gpu)"
   rm -f "$results/trainer.json"
   "$py" -m ddp_trainer.bench_gpu --out "$results/trainer_overhead.json" --preset tiny --workloads digits,cnn,gpt \
-    --steps "${BENCH_TRAINER_STEPS:-20}" --repeats 3
+    --steps "${BENCH_TRAINER_STEPS:-10}" --repeats 3
   for world in 1 2; do
     say "trainer: gloo world $world, gradient accumulation 1, 2, 4"
     "$py" -m torch.distributed.run --standalone --nproc-per-node "$world" "$root/bench/trainer_scaling.py" \
-      --out "$results/trainer_scaling_w$world.json" --steps "${BENCH_TRAINER_STEPS:-20}"
+      --out "$results/trainer_scaling_w$world.json" --steps "${BENCH_TRAINER_STEPS:-10}"
   done
   (cd "$root/bench" && "$py" trainer_summary.py "$results")
 fi
 
 if ! skip scale; then
   args=()
-  for w in ${BENCH_WORKLOADS:-250x2 25x16}; do args+=(--workload "$w"); done
-  say "operator scale + recovery at scale: ${BENCH_WORKLOADS:-250x2 25x16} on ${BENCH_NODES:-250} kwok nodes"
+  for w in ${BENCH_WORKLOADS:-100x2 10x16}; do args+=(--workload "$w"); done
+  say "operator scale + recovery at scale: ${BENCH_WORKLOADS:-100x2 10x16} on ${BENCH_NODES:-250} kwok nodes"
   "$py" "$root/bench/operator_scale.py" "${args[@]}" --nodes "${BENCH_NODES:-250}" --out "$results/operator_scale.json"
 fi
 

@@ -128,7 +128,8 @@ def wait_groups_running(watch: NamespaceWatch, names: list[str], pods: int, time
         if done == len(names):
             return True
         if now - last_report >= 10:
-            say(f"  {what}: {done}/{len(names)} groups Running ({watch.events} watch events)")
+            say(f"  {what}: {done}/{len(names)} groups Running ({watch.events} watch events, "
+                f"{watch.reconnects} watch reconnects)")
             last_report = now
         if now > deadline:
             say(f"  {what}: TIMED OUT after {timeout:.0f}s with {done}/{len(names)} groups Running")
