@@ -57,6 +57,7 @@ class LocalPod:
     pod_dir: Path
     containers: dict[str, ContainerProcess] = field(default_factory=dict)
     kill_at: float | None = None
+    gone: bool = False  # the pod object is deleted: nothing to report once the processes are reaped
 
     @property
     def uid(self) -> str:
@@ -169,7 +170,6 @@ class Agent:
         uid = pod["metadata"]["uid"]
         local = self.pods.get(uid)
         if kind == "DELETED":
-            pod["deleted"] = True
             self._forget(pod, local)
             return
         if local is not None:
@@ -202,15 +202,16 @@ class Agent:
                                            message=message, container_id=proc.container_id))
             log.info("%s: container %s exited with code %d", pod_context(local.pod), proc.plan.container,
                      proc.exit_code)
-        self._patch_status(local.pod, terminated_status(local.pod, results, datetime.now(timezone.utc)))
-        self.finished.add(uid)
         del self.pods[uid]
         self.ips.release(uid)
         self._write_hosts()
+        if local.gone:
+            shutil.rmtree(local.pod_dir, ignore_errors=True)
+            return
+        self._patch_status(local.pod, terminated_status(local.pod, results, datetime.now(timezone.utc)))
+        self.finished.add(uid)
         if local.deleting:
             self._delete_now(local.pod)
-        if local.pod.get("deleted"):
-            shutil.rmtree(local.pod_dir, ignore_errors=True)
 
     # --- actions --------------------------------------------------------------------------------------------
     def _start(self, pod: dict) -> None:
@@ -265,8 +266,8 @@ class Agent:
         if local is None:
             shutil.rmtree(pod_dir, ignore_errors=True)
             return
-        # Force-deleted while running: no grace left. on_exited reports and cleans up once the tree is gone.
-        local.pod = pod
+        # Force-deleted while running: no grace left. on_exited cleans up once the tree is gone.
+        local.pod, local.gone = pod, True
         for proc in local.containers.values():
             proc.kill()
 
