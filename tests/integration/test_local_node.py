@@ -62,7 +62,8 @@ def test_pod_gets_its_ip_dns_name_env_and_volumes(cluster, agent, namespace):
               "ip = socket.gethostbyname(os.environ['ME']);"
               "assert ip == os.environ['POD_IP'], (ip, os.environ['POD_IP']);"
               "pathlib.Path(os.environ['OUT'], 'note').write_text(os.environ['POD_IP']);"
-              "s = socket.socket(); s.bind((ip, 29400)); print('bound', ip)")
+              # A port of its own choosing on its own IP (a fixed one may be bound on 0.0.0.0 by another job).
+              "s = socket.socket(); s.bind((ip, 0)); print('bound', s.getsockname()[0])")
     pod = localnode.local_pod("env", ["python", "-c", script], hostname="env", subdomain="svc1",
                               volumes=[{"name": "out", "hostPath": {"path": f"/tmp/{namespace}"}}],
                               container={"env": [
