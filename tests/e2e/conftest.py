@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import json
+import random
 import sys
 from pathlib import Path
 
@@ -48,6 +49,8 @@ def digits_job(name: str = "digits", steps: int = 200, every: int = 20, **spec) 
     replaced = {"--train.steps": str(steps), "--checkpoint.every-steps": str(every), "--log.every-steps": "10"}
     job["spec"]["template"]["spec"]["containers"][0]["args"] = [
         f"{a.split('=')[0]}={replaced[a.split('=')[0]]}" if a.split("=")[0] in replaced else a for a in args]
+    # torchrun's c10d store binds *:<port>, so jobs sharing this machine (other suites, the demo) need their own.
+    job["spec"]["rendezvous"] = {"port": random.randint(30000, 32000)}
     job["spec"].update(spec)
     return job
 
