@@ -110,13 +110,16 @@ def plot_trainer(trainer: dict, out: Path) -> None:
     ax = axes[1]
     ks = [r["grad_accum_steps"] for r in scaling]
     ax.plot(ks, [r["efficiency"] for r in scaling], "o-", color="tab:blue", label="world 2 / (2 x world 1)")
+    for k, r in zip(ks, scaling):
+        ax.annotate(f"{r['efficiency']:.2f}", (k, r["efficiency"]), textcoords="offset points", xytext=(0, 6),
+                    ha="center", fontsize=8)
     ax.axhline(1.0, color="tab:gray", linestyle="--", linewidth=1)
     ax.set_xscale("log", base=2)
     ax.set_xticks(ks, [str(k) for k in ks])
-    ax.set_ylim(0, 1.1)
+    ax.set_ylim(0, max([1.1] + [1.1 * r["efficiency"] for r in scaling]))
     ax.set_xlabel("gradient accumulation steps (same micro-batch per rank)")
     ax.set_ylabel("scaling efficiency")
-    ax.set_title("gloo world 2 vs world 1: accumulation amortises the all-reduce")
+    ax.set_title("gloo world 2 vs world 1 at 1, 2, 4 accumulation steps")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
