@@ -13,17 +13,19 @@ PREEMPTED = re.compile(r"rank=0\] preempted \((?P<why>\w+)\): checkpoint written
                        r"exiting with 143$", re.M)
 
 
-def long_run(ck, steps=100000, nproc=2):
+def long_run(ck, steps=100000, nproc=2, *extra):
     return standalone_cmd(nproc, "--workload", "digits", "--train.steps", str(steps), "--metrics.port", "0",
-                          "--checkpoint.dir", str(ck), "--checkpoint.every-steps", "20", "--log.every-steps", "10")
+                          "--checkpoint.dir", str(ck), "--checkpoint.every-steps", "20", "--log.every-steps", "10",
+                          *extra)
 
 
 @pytest.mark.parametrize("target", ["torchrun", "one_worker"])
 def test_sigterm_writes_a_checkpoint_and_exits(tmp_path, target):
-    """torchrun: the pod's PID 1 got it and forwards it to every worker. one_worker: only rank 1 got it; the
-    stop vote in the log-step all-reduce makes rank 0 stop at the same step and write the checkpoint."""
+    """torchrun: the pod's PID 1 got it and signals every worker's process group, DataLoader workers included
+    (hence --data.workers 1 here). one_worker: only rank 1 got it; the stop vote in the log-step all-reduce
+    makes rank 0 stop at the same step and write the checkpoint."""
     ck, log = tmp_path / "ck", tmp_path / "run.log"
-    proc = start(long_run(ck), log=log)
+    proc = start(long_run(ck, 100000, 2, *(["--data.workers", "1"] if target == "torchrun" else [])), log=log)
     try:
         wait_for_line(log, PROGRESS, proc, where=lambda m: int(m["step"]) >= 30)
         os.kill(proc.pid if target == "torchrun" else worker_pids(proc.pid)[1], signal.SIGTERM)

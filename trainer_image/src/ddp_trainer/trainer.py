@@ -4,6 +4,7 @@ SIGTERM, report progress, evaluate on rank 0."""
 from __future__ import annotations
 
 import contextlib
+import signal
 import time
 from pathlib import Path
 
@@ -143,7 +144,7 @@ class Trainer:
         return DataLoader(data, batch_sampler=sampler, num_workers=self.cfg.data.workers,
                           pin_memory=self.cfg.data.pin_memory and self.device.type == "cuda",
                           collate_fn=_already_batched if getattr(data, "returns_batches", False) else None,
-                          persistent_workers=self.cfg.data.workers > 0)
+                          persistent_workers=self.cfg.data.workers > 0, worker_init_fn=_ignore_sigterm)
 
     def _forward_backward(self, inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         """Gradient accumulation: k micro-batches, all but the last inside no_sync (forward included, so DDP
@@ -233,3 +234,9 @@ def make_optimizer(model: torch.nn.Module, train_cfg) -> torch.optim.Optimizer:
 
 def _already_batched(batch):
     return batch
+
+
+def _ignore_sigterm(worker_id: int) -> None:
+    """torchrun signals each worker's whole process group; a DataLoader worker killed by it would fail the next
+    batch before the trainer reaches the step where it checkpoints. The workers exit with their parent anyway."""
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
