@@ -11,6 +11,10 @@ COLLECTIVE_TIMEOUT_SECONDS = 300
 # Safe NCCL defaults a user may override in the template (the user's explicit value wins).
 OVERRIDABLE_DEFAULTS = {
     "TORCH_NCCL_ASYNC_ERROR_HANDLING": "3",
+    # Flight recorder: torch >= 2.7 reads TORCH_FR_*, older images (2.5) the TORCH_NCCL_* names. Torch looks up
+    # the new name first, so setting both warns nowhere and works on either side of the rename.
+    "TORCH_FR_BUFFER_SIZE": "2000",
+    "TORCH_FR_DUMP_ON_TIMEOUT": "1",
     "TORCH_NCCL_TRACE_BUFFER_SIZE": "2000",
     "TORCH_NCCL_DUMP_ON_TIMEOUT": "1",
     "TORCH_NCCL_ENABLE_MONITORING": "1",
