@@ -56,3 +56,40 @@ def test_root_cause_is_the_earliest_failure():
     late = f.classify_pod_failure(make_pod("a", 0).failed(1, finished=1).build(), NODES, NOW, 30)
     early = f.classify_pod_failure(make_pod("a", 1).failed(137, finished=10).build(), NODES, NOW, 30)
     assert f.root_cause([late, early]).pod == "a-worker-1"
+
+
+ERROR_FILE = ('{"message": {"message": "RuntimeError: dataset shard missing", "extraInfo": '
+              '{"py_callstack": "Traceback ...", "timestamp": "1"}, "errorCode": %d}}')
+KILLED_LOG = """[rank1]: step=40/300 loss=0.31
+torch.distributed.elastic.multiprocessing.errors.ChildFailedError:
+Failures:
+  <NO_OTHER_FAILURES>
+Root Cause (first observed failure):
+[0]:
+  time      : 2026-11-22_03:00:00
+  host      : train-worker-1
+  rank      : 3 (local_rank: 1)
+  exitcode  : -9 (pid: 4242)
+  error_file: <N/A>
+  traceback : Signal 9 (SIGKILL) received by PID 4242
+"""
+
+
+@pytest.mark.parametrize("name, message, want_kind, want_code, want_text", [
+    ("worker exit code from torchrun's error file", ERROR_FILE % 3, f.EXIT_CODE, 3, "dataset shard missing"),
+    ("worker disk full (28) in the error file", ERROR_FILE % 28, f.EXIT_CODE, 28, "RuntimeError"),
+    ("worker SIGKILLed: root-cause table in the log tail", KILLED_LOG, f.SIGNAL, 137, "SIGKILL"),
+    ("plain text message keeps the pod's code", "Traceback: boom", f.EXIT_CODE, 1, "boom"),
+    ("JSON without errorCode keeps the pod's code", '{"message": "x"}', f.EXIT_CODE, 1, "x"),
+])
+def test_torchrun_root_cause_replaces_its_generic_exit_1(name, message, want_kind, want_code, want_text):
+    failure = f.classify_pod_failure(make_pod().failed(1, message=message).build(), NODES, NOW, 30)
+    assert (failure.kind, failure.exit_code) == (want_kind, want_code)
+    assert want_text in failure.message
+
+
+def test_sigkilled_worker_is_retryable_under_exit_code_policy():
+    from ddpjob_operator.restart_policy import RESTART, RestartBudget, decide_restart
+
+    failure = f.classify_pod_failure(make_pod().failed(1, message=KILLED_LOG).build(), NODES, NOW, 30)
+    assert decide_restart("ExitCode", failure, RestartBudget(limit=3, used=0)).action == RESTART

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import re
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -102,10 +104,39 @@ def _terminated_failure(pod: dict[str, Any], now: datetime) -> Failure:
         return Failure(pod=name, kind=UNKNOWN, reason=status.get("reason", ""),
                        message=_trim(status.get("message", "")), at=now)
     code = terminated.get("exitCode")
-    kind = SIGNAL if terminated.get("signal") or (code is not None and code >= 128) else EXIT_CODE
+    message = terminated.get("message", "")
+    worker_code, worker_message = worker_root_cause(message)
+    signalled = bool(terminated.get("signal"))
+    if worker_code is not None:
+        # torchrun exits 1 whenever any worker fails; the root-cause worker's own code is the real verdict.
+        signalled = worker_code < 0
+        code = 128 - worker_code if worker_code < 0 else worker_code
+        message = worker_message or message
+    kind = SIGNAL if signalled or (code is not None and code >= 128) else EXIT_CODE
     return Failure(pod=name, kind=kind, exit_code=code, reason=terminated.get("reason", ""),
-                   message=_trim(terminated.get("message", "")),
-                   at=parse_time(terminated.get("finishedAt")) or now)
+                   message=_trim(message), at=parse_time(terminated.get("finishedAt")) or now)
+
+
+_EXITCODE_LINE = re.compile(r"exitcode\s*:\s*(-?\d+)")
+
+
+def worker_root_cause(termination_message: str) -> tuple[int | None, str]:
+    """The root-cause worker's exit code (negative: killed by that signal) and message, read from what torchrun
+    leaves in the termination log: the error file JSON its @record writes (`message.errorCode`), or, when the
+    worker died without one (SIGKILL), the "Root Cause" table of its log that FallbackToLogsOnError keeps."""
+    text = (termination_message or "").strip()
+    if text.startswith("{"):
+        try:
+            inner = json.loads(text).get("message")
+        except (ValueError, AttributeError):
+            inner = None
+        if isinstance(inner, dict) and isinstance(inner.get("errorCode"), int):
+            return inner["errorCode"], str(inner.get("message") or "")
+    root = text.rfind("Root Cause")
+    match = _EXITCODE_LINE.search(text, root if root >= 0 else 0)
+    if match:
+        return int(match.group(1)), text[root:] if root >= 0 else text
+    return None, ""
 
 
 def _disrupted(status: dict[str, Any]) -> bool:
