@@ -4,7 +4,8 @@
 #   BENCH_WORKLOADS="100x2 10x16"     scale workloads, JOBSxPODS. The issue asks for "1000x2 100x16"; on the shared,
 #                                     starved 2-core VM that does not fit in 20 minutes (README, Benchmarks), so
 #                                     the default is a tenth of it
-#   BENCH_TRAINER_STEPS=10            measured steps per repeat of the trainer benchmarks
+#   BENCH_TRAINER_PAIRS=15            harness/baseline pairs per workload (overhead)
+#   BENCH_TRAINER_STEPS=30 BENCH_TRAINER_REPEATS=5   world 1 vs 2 scaling: steps per repeat, repeats
 #   BENCH_NODES=250                   kwok nodes (x 8 GPUs) of the throw-away cluster
 #   BENCH_SKIP="local"                any of: trainer scale local (skip those parts)
 set -euo pipefail
@@ -18,14 +19,14 @@ say() { echo "[make bench $(( (SECONDS - t0) / 60 ))m$(( (SECONDS - t0) % 60 ))s
 skip() { [[ " ${BENCH_SKIP:-} " == *" $1 "* ]]; }
 
 if ! skip trainer; then
-  say "trainer: ddp_trainer loop vs a hand-written loop, world 1 (ddp_trainer.bench_gpu)"
+  say "trainer: ddp_trainer loop vs a hand-written loop, world 1, paired alternations (ddp_trainer.bench_gpu's loops)"
   rm -f "$results/trainer.json"
-  "$py" -m ddp_trainer.bench_gpu --out "$results/trainer_overhead.json" --preset tiny --workloads digits,cnn,gpt \
-    --steps "${BENCH_TRAINER_STEPS:-10}" --repeats 3
+  "$py" "$root/bench/trainer_overhead.py" --out "$results/trainer_overhead.json" --pairs "${BENCH_TRAINER_PAIRS:-15}"
   for world in 1 2; do
     say "trainer: gloo world $world, gradient accumulation 1, 2, 4"
     "$py" -m torch.distributed.run --standalone --nproc-per-node "$world" "$root/bench/trainer_scaling.py" \
-      --out "$results/trainer_scaling_w$world.json" --steps "${BENCH_TRAINER_STEPS:-10}"
+      --out "$results/trainer_scaling_w$world.json" --steps "${BENCH_TRAINER_STEPS:-30}" \
+      --repeats "${BENCH_TRAINER_REPEATS:-5}"
   done
   (cd "$root/bench" && "$py" trainer_summary.py "$results")
 fi

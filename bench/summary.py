@@ -60,6 +60,13 @@ def scale_rows(scale: dict) -> list[str]:
     return rows
 
 
+def _iqr(r: dict) -> str:
+    if "overhead_iqr" not in r:
+        return ""
+    low, high = r["overhead_iqr"]
+    return f" (IQR {100 * low:+.1f}% .. {100 * high:+.1f}%, {r['pairs']} pairs)"
+
+
 def trainer_rows(trainer: dict) -> list[str]:
     rows = []
     aim = trainer.get("overhead_aim", 0.03)
@@ -68,7 +75,7 @@ def trainer_rows(trainer: dict) -> list[str]:
         verdict = "met" if over <= aim else f"missed by {100 * (over - aim):.1f} points"
         rows.append(f"| trainer {r['workload']} ({r['preset']}, batch {r['batch_per_rank']}) world 1 samples/s | "
                     f"{_s(r['samples_per_second'])} | {_s(r['baseline_samples_per_second'])} (hand-written loop) | "
-                    f"overhead {100 * over:+.1f}% | <= 3% | {verdict} |")
+                    f"overhead {100 * over:+.1f}%{_iqr(r)} | <= 3% | {verdict} |")
     for r in trainer.get("scaling", []):
         rows.append(f"| trainer {trainer.get('scaling_workload')} gloo world 2, accumulation {r['grad_accum_steps']}, "
                     f"samples/s | {_s(r['world2_samples_per_second'])} | {_s(r['world1_samples_per_second'])} "
