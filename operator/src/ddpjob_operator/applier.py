@@ -34,6 +34,7 @@ class PlanApplier:
     def __init__(self, api_client: client.ApiClient):
         self.core = client.CoreV1Api(api_client)
         self.custom = client.CustomObjectsApi(api_client)
+        self.networking = client.NetworkingV1Api(api_client)
 
     def apply(self, obs: Observed, plan: Plan) -> ApplyResult:
         meta = obs.job["metadata"]
@@ -47,6 +48,9 @@ class PlanApplier:
         if plan.create_service is not None:
             self._create(lambda: self.core.create_namespaced_service(ns, plan.create_service,
                                                                      _request_timeout=REQUEST_TIMEOUT))
+        if plan.create_network_policy is not None:
+            self._create(lambda: self.networking.create_namespaced_network_policy(
+                ns, plan.create_network_policy, _request_timeout=REQUEST_TIMEOUT))
         for pod in plan.create_pods:
             pod_name = pod["metadata"]["name"]
             try:

@@ -51,6 +51,31 @@ def build_service(job: JobRef, spec: JobSpec) -> dict[str, Any]:
     }
 
 
+# The trainer serves metrics on 9400 + local rank (README); scrapes (the operator's progress reads, Prometheus)
+# may come from anywhere, everything else only from the job's own workers.
+TRAINER_METRICS_PORTS = (9400, 9463)
+
+
+def build_network_policy(job: JobRef) -> dict[str, Any]:
+    """spec.networkPolicy: only the job's own workers reach its workers (rendezvous and collectives use ports
+    chosen at run time, so the rule is by peer, not by port), plus metrics scrapes."""
+    workers = {api.LABEL_JOB_NAME: job.name, api.LABEL_COMPONENT: "worker"}
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": {"name": job.name, "namespace": job.namespace, "labels": job_labels(job.name),
+                     "ownerReferences": [owner_reference(job)]},
+        "spec": {
+            "podSelector": {"matchLabels": workers},
+            "policyTypes": ["Ingress"],
+            "ingress": [
+                {"from": [{"podSelector": {"matchLabels": workers}}]},
+                {"ports": [{"protocol": "TCP", "port": TRAINER_METRICS_PORTS[0], "endPort": TRAINER_METRICS_PORTS[1]}]},
+            ],
+        },
+    }
+
+
 def worker_labels(job: str, index: int, attempt: int) -> dict[str, str]:
     return {**job_labels(job), api.LABEL_COMPONENT: "worker", api.LABEL_REPLICA_INDEX: str(index),
             api.LABEL_ATTEMPT: str(attempt)}

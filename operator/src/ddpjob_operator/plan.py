@@ -18,6 +18,7 @@ class Observed:
     service_exists: bool
     now: datetime
     progress: dict[str, Any] | None = None
+    network_policy_exists: bool = True  # only read when spec.networkPolicy asks for one
 
 
 @dataclass(frozen=True)
@@ -40,6 +41,7 @@ class Plan:
     delete_pods: list[str] = field(default_factory=list)
     force_delete_pods: list[str] = field(default_factory=list)
     create_service: dict[str, Any] | None = None
+    create_network_policy: dict[str, Any] | None = None
     create_pods: list[dict[str, Any]] = field(default_factory=list)
     status: dict[str, Any] | None = None  # None: nothing changed, write nothing
     events: list[Event] = field(default_factory=list)

@@ -23,7 +23,7 @@ from typing import Any
 from . import api
 from . import conditions as c
 from . import failures
-from .builders import JobRef, build_service, build_worker_pod
+from .builders import JobRef, build_network_policy, build_service, build_worker_pod
 from .plan import Observed, Plan
 from .restart_policy import RESTART, RestartBudget, backoff_seconds, decide_restart
 from .spec import JobSpec, parse_spec
@@ -124,6 +124,8 @@ def _plan_steps(obs: Observed, settings: PlannerSettings, ref: JobRef, spec: Job
 
     if not obs.service_exists:
         plan.create_service = build_service(ref, spec)
+    if spec.network_policy and not obs.network_policy_exists:
+        plan.create_network_policy = build_network_policy(ref)
     _create_missing(obs, ref, spec, status, pods, plan)
     _readiness(obs, spec, status, pods, plan)
     return status

@@ -17,6 +17,7 @@ class ClusterReader:
     def __init__(self, api_client: client.ApiClient):
         self.core = client.CoreV1Api(api_client)
         self.custom = client.CustomObjectsApi(api_client)
+        self.networking = client.NetworkingV1Api(api_client)
 
     def read(self, namespace: str, name: str, now: datetime) -> Observed | None:
         """None when the job is gone (or being deleted: the garbage collector owns its children then)."""
@@ -37,8 +38,9 @@ class ClusterReader:
         pods = [p for p in pods if any(o.get("uid") == uid and o.get("controller")
                                        for o in p["metadata"].get("ownerReferences") or [])]
         nodes = self._nodes({p["spec"].get("nodeName") for p in pods} - {None, ""})
+        wants_policy = bool((job.get("spec") or {}).get("networkPolicy"))
         return Observed(job=job, pods=pods, nodes=nodes, service_exists=self._service_exists(namespace, name),
-                        now=now)
+                        now=now, network_policy_exists=not wants_policy or self._policy_exists(namespace, name))
 
     def _nodes(self, names: set[str]) -> dict[str, dict]:
         nodes = {}
@@ -50,6 +52,16 @@ class ClusterReader:
                 if status_of(exc) != 404:
                     raise
         return nodes
+
+    def _policy_exists(self, namespace: str, name: str) -> bool:
+        try:
+            self.networking.read_namespaced_network_policy(name, namespace, _preload_content=False,
+                                                           _request_timeout=REQUEST_TIMEOUT)
+            return True
+        except ApiException as exc:
+            if status_of(exc) == 404:
+                return False
+            raise
 
     def _service_exists(self, namespace: str, name: str) -> bool:
         try:

@@ -46,6 +46,7 @@ class JobSpec:
     run_policy: RunPolicy = field(default_factory=RunPolicy)
     rendezvous: Rendezvous = field(default_factory=Rendezvous)
     template: dict[str, Any] = field(default_factory=dict)
+    network_policy: bool = False
 
     @property
     def gpus_per_pod(self) -> int:
@@ -105,4 +106,5 @@ def parse_spec(raw: dict[str, Any]) -> JobSpec:
             last_call_timeout_seconds=int(rdzv.get("lastCallTimeoutSeconds", 30)),
         ),
         template=raw.get("template") or {},
+        network_policy=bool(raw.get("networkPolicy", False)),
     )
