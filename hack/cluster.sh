@@ -99,6 +99,8 @@ cmdline() {
       --listen-peer-urls=http://127.0.0.1:$ETCD_PEER_PORT --initial-advertise-peer-urls=http://127.0.0.1:$ETCD_PEER_PORT \
       --initial-cluster=ddpjob-local=http://127.0.0.1:$ETCD_PEER_PORT --unsafe-no-fsync --quota-backend-bytes=4294967296 \
       --log-level=warn" ;;
+    # --endpoint-reconciler-type=none: the apiserver listens on loopback only, and the API refuses loopback
+    # addresses in the `kubernetes` Service's endpoints, so reconciling them only logs an error every 10 s.
     kube-apiserver) echo "$bin/kube-apiserver --etcd-servers=http://127.0.0.1:$ETCD_PORT \
       --bind-address=127.0.0.1 --advertise-address=127.0.0.1 --secure-port=$APISERVER_PORT \
       --tls-cert-file=$pki/apiserver.crt --tls-private-key-file=$pki/apiserver.key --client-ca-file=$pki/ca.crt \
@@ -108,7 +110,7 @@ cmdline() {
       --service-cluster-ip-range=10.96.0.0/16 --allow-privileged=true \
       --kubelet-client-certificate=$pki/apiserver-kubelet-client.crt --kubelet-client-key=$pki/apiserver-kubelet-client.key \
       --kubelet-preferred-address-types=InternalIP,Hostname --profiling=false --max-requests-inflight=1000 \
-      --max-mutating-requests-inflight=500 --v=1" ;;
+      --max-mutating-requests-inflight=500 --endpoint-reconciler-type=none --v=1" ;;
     kube-controller-manager) echo "$bin/kube-controller-manager --kubeconfig=$dir/controller-manager.kubeconfig \
       --authentication-kubeconfig=$dir/controller-manager.kubeconfig --authorization-kubeconfig=$dir/controller-manager.kubeconfig \
       --bind-address=127.0.0.1 --secure-port=$KCM_PORT --leader-elect=false --use-service-account-credentials=true \
