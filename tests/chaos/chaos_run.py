@@ -26,9 +26,13 @@ def unexpected_errors(log: str) -> list[str]:
 
 
 def run_chaos(api, namespace: str, op_chaos: OperatorUnderChaos, scripts: list[JobScript], seed: int, figures,
-              timeout: float, during=None) -> tuple[InvariantRecorder, WorkloadDriver]:
+              timeout: float, during=None,
+              create_over_seconds: float = 10.0) -> tuple[InvariantRecorder, WorkloadDriver]:
     recorder = InvariantRecorder(api, namespace).start()
-    driver = WorkloadDriver(api, namespace, recorder, scripts, seed)
+    # On a fast machine the workload could end before the operator was killed a few times: hold the jobs'
+    # success until it was.
+    driver = WorkloadDriver(api, namespace, recorder, scripts, seed, create_over_seconds,
+                            finish_when=lambda: op_chaos.kills >= op_chaos.min_kills)
     try:
         op_chaos.start()
         if during is not None:

@@ -34,7 +34,7 @@ class JobRun:
 
 class WorkloadDriver:
     def __init__(self, api: client.ApiClient, namespace: str, recorder: InvariantRecorder, scripts: list[JobScript],
-                 seed: int, create_over_seconds: float = 10.0):
+                 seed: int, create_over_seconds: float = 10.0, finish_when=lambda: True):
         self.core = client.CoreV1Api(api)
         self.custom = client.CustomObjectsApi(api)
         self.ns = namespace
@@ -43,6 +43,7 @@ class WorkloadDriver:
         self.rng = random.Random(seed ^ 0x5EED)
         self.create_at = {s.name: i * create_over_seconds / max(1, len(scripts)) for i, s in enumerate(scripts)}
         self.faults_injected: dict[str, int] = {}
+        self.finish_when = finish_when  # jobs whose faults are spent succeed only once this says so
         self.api_errors = 0
         self.last_api_error = ""
         self.node_down_since: float | None = None
@@ -97,6 +98,8 @@ class WorkloadDriver:
             return
         if script.outcome().phase == "Failed":
             return  # the last fault ends it; wait
+        if not self.finish_when():
+            return
         pods = self.rec.running_pods(script.name, run.attempt)
         if len(pods) < script.replicas:
             return

@@ -26,13 +26,15 @@ def rss_kib(pid: int) -> tuple[int, int]:
 
 class OperatorUnderChaos:
     def __init__(self, op: OperatorProcess, seed: int, alive_seconds: tuple[float, float] = (3.0, 8.0),
-                 dead_seconds: tuple[float, float] = (0.2, 2.0), kill: bool = True, startup_kill_ratio: float = 0.2):
+                 dead_seconds: tuple[float, float] = (0.2, 2.0), kill: bool = True, startup_kill_ratio: float = 0.2,
+                 min_kills: int = 0):
         self.op = op
         self.rng = random.Random(seed ^ 0x0C0FFEE)
         self.alive_seconds = alive_seconds
         self.dead_seconds = dead_seconds
         self.kill_enabled = kill
         self.startup_kill_ratio = startup_kill_ratio
+        self.min_kills = min_kills if kill else 0
         self.errors: list[str] = []
         self.kills = 0
         self.peak_rss_kib = 0

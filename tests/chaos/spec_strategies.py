@@ -29,7 +29,8 @@ env_names = mostly(st.one_of(st.sampled_from(["LR", "EPOCHS", "TORCH_NCCL_ASYNC_
                    st.sampled_from(["PET_NNODES", "MASTER_ADDR", "DDPJOB_NAME", "WORLD_SIZE", "RANK"]))
 env_vars = st.lists(st.builds(lambda n, v: {"name": n, "value": v}, env_names, st.text(max_size=8)), max_size=3,
                     unique_by=lambda e: e["name"])
-container_names = mostly(st.sampled_from(["trainer", "trainer", "sidecar"]), st.sampled_from(["Bad_Name", "x" * 64, ""]))
+container_names = mostly(st.sampled_from(["trainer", "trainer", "sidecar"]),
+                         st.sampled_from(["Bad_Name", "x" * 64, ""]))
 gpu_limits = mostly(st.integers(0, 12).map(str), st.sampled_from(["-1", "lots", "0.5"]))
 
 

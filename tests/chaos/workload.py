@@ -74,7 +74,7 @@ def build_workload(seed: int, jobs: int, faults: int, kinds: tuple[str, ...] = P
     ever added to a job that would still succeed, so every fault in a script is really injected."""
     rng = random.Random(seed)
     scripts = [JobScript(name=f"{prefix}{i:02d}", replicas=rng.randint(1, 3),
-                         policy=rng.choices(POLICIES, weights=(5, 3, 2))[0], backoff_limit=rng.randint(0, 4))
+                         policy=rng.choices(POLICIES, weights=(5, 3, 2))[0], backoff_limit=rng.randint(0, 5))
                for i in range(jobs)]
     for script in scripts[:node_lost_jobs]:
         script.node = spare_node
@@ -87,8 +87,12 @@ def build_workload(seed: int, jobs: int, faults: int, kinds: tuple[str, ...] = P
         if not alive:
             break
         still_open = [s for s in alive if s.open_for_more()]
-        # Mostly faults the job survives (restarts), sometimes one that ends it (any terminal path).
-        pool = still_open if still_open and rng.random() < 0.75 else alive
+        # Mostly faults the job survives (restarts), sometimes one that ends it (any terminal path); a fifth of
+        # the jobs always stays alive, so the success path is exercised too.
+        may_close = len(alive) > jobs // 5
+        if not still_open and not may_close:
+            break
+        pool = still_open if still_open and (rng.random() < 0.75 or not may_close) else alive
         rng.choice(pool).faults.append(random_fault(rng, kinds))
         injected += 1
     for script in scripts:
