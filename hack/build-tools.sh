@@ -45,4 +45,12 @@ build kube kube-controller-manager k8s.io/kubernetes/cmd/kube-controller-manager
 build kube kube-scheduler k8s.io/kubernetes/cmd/kube-scheduler "$kv"
 build kube kubectl k8s.io/kubernetes/cmd/kubectl "$kv"
 build kwok kwok sigs.k8s.io/kwok/cmd/kwok
-build helm helm helm.sh/helm/v3/cmd/helm
+# As helm's own Makefile does: default capabilities (helm template, helm lint) follow the client-go it is built
+# with, and `helm version` reports the pinned release.
+helm_version=$(grep -oE 'helm.sh/helm/v3 v[0-9.]+' "$root/hack/tools/helm/go.mod" | head -1 | cut -d' ' -f2)
+helm_k8s_minor=$(grep -oE 'k8s.io/client-go v0\.[0-9]+' "$root/hack/tools/helm/go.mod" | head -1 | sed -E 's/.*v0\.//')
+hv="-X helm.sh/helm/v3/internal/version.version=$helm_version -X helm.sh/helm/v3/internal/version.gitTreeState=clean"
+for pkg in helm.sh/helm/v3/pkg/chartutil helm.sh/helm/v3/pkg/lint/rules; do
+  hv+=" -X $pkg.k8sVersionMajor=1 -X $pkg.k8sVersionMinor=$helm_k8s_minor"
+done
+build helm helm helm.sh/helm/v3/cmd/helm "$hv"

@@ -12,6 +12,10 @@ import yaml
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "charts" / "ddpjob-operator"
 BIN = ROOT / ".cache" / "bin"
+# `helm template` has no cluster to ask, so it renders for the release the local cluster is built from
+# (hack/tools/kube/go.mod), which the chart's kubeVersion constraint must accept.
+KUBE_VERSION = next(line.split()[-1] for line in (ROOT / "hack/tools/kube/go.mod").read_text().splitlines()
+                    if "k8s.io/kubernetes v" in line)
 HELM = BIN / "helm"
 
 # Every toggle on: what `helm template` must also render cleanly.
@@ -58,7 +62,8 @@ def set_flags(values: dict[str, str]) -> list[str]:
 def render(values: dict[str, str] | None = None, *, release: str = "ddpjob",
            namespace: str = "ddpjob-system", include_crds: bool = False) -> list[dict]:
     """`helm template` the chart and return its documents (empty ones dropped)."""
-    args = ["template", release, str(CHART), "--namespace", namespace, *set_flags(values or {})]
+    args = ["template", release, str(CHART), "--namespace", namespace, "--kube-version", KUBE_VERSION,
+            *set_flags(values or {})]
     if include_crds:
         args.append("--include-crds")
     out = helm(*args).stdout
