@@ -54,21 +54,18 @@ class ClusterReader:
         return nodes
 
     def _policy_exists(self, namespace: str, name: str) -> bool:
-        try:
-            self.networking.read_namespaced_network_policy(name, namespace, _preload_content=False,
-                                                           _request_timeout=REQUEST_TIMEOUT)
-            return True
-        except ApiException as exc:
-            if status_of(exc) == 404:
-                return False
-            raise
+        return _exists(self.networking.read_namespaced_network_policy, namespace, name)
 
     def _service_exists(self, namespace: str, name: str) -> bool:
-        try:
-            self.core.read_namespaced_service(name, namespace, _preload_content=False,
-                                              _request_timeout=REQUEST_TIMEOUT)
-            return True
-        except ApiException as exc:
-            if status_of(exc) == 404:
-                return False
-            raise
+        return _exists(self.core.read_namespaced_service, namespace, name)
+
+
+def _exists(read, namespace: str, name: str) -> bool:
+    """A namespaced child is there (404 means no; any other error is the caller's to retry)."""
+    try:
+        read(name, namespace, _preload_content=False, _request_timeout=REQUEST_TIMEOUT)
+        return True
+    except ApiException as exc:
+        if status_of(exc) == 404:
+            return False
+        raise
