@@ -19,6 +19,7 @@ from recorder import TERMINAL, InvariantRecorder
 from workload import JobScript
 
 GROUP, VERSION, PLURAL = "ddpjob.dev", "v1alpha1", "ddpjobs"
+LOST_FAULT_RETRY_SECONDS = 30.0
 
 
 @dataclass
@@ -30,6 +31,8 @@ class JobRun:
     succeeded_pods: set[str] = field(default_factory=set)
     done: bool = False
     node_lost_pending: bool = False
+    tried_attempt: int = -1  # the attempt a fault was last sent to, and when: its answer may be lost
+    tried_at: float = 0.0
 
 
 class WorkloadDriver:
@@ -84,6 +87,11 @@ class WorkloadDriver:
             return
         if run.node_lost_pending:
             return
+        if run.injected < len(script.faults) and view.status.get("attempt", 0) > run.attempt:
+            # The injection's answer was lost (apiserver outage) but the fault landed: the operator already
+            # moved the group to a new attempt. Count it, or the driver waits for an attempt that has passed.
+            self._count(script.faults[run.injected], run)
+            return
         if run.injected < len(script.faults):
             pods = self.rec.running_pods(script.name, run.attempt)
             # Open gap (README, Reliability): by the planner's logic a pod deleted before the operator recorded
@@ -96,6 +104,11 @@ class WorkloadDriver:
             if fault.kind == f.NODE_LOST:
                 run.node_lost_pending = True
                 return
+            # One fault per attempt: a request whose answer was lost in an outage may still have landed, and a
+            # second fault in the same attempt would merge into one group restart. Retry only if it did not land.
+            if run.tried_attempt == run.attempt and time.monotonic() - run.tried_at < LOST_FAULT_RETRY_SECONDS:
+                return
+            run.tried_attempt, run.tried_at = run.attempt, time.monotonic()
             victim = self.rng.choice(pods)["metadata"]["name"]
             f.inject(self.core, self.ns, victim, fault)
             self._count(fault, run)
