@@ -118,7 +118,9 @@ class WorkloadDriver:
         if not self.finish_when():
             return
         pods = self.rec.running_pods(script.name, run.attempt)
-        if len(pods) < script.replicas:
+        # Once some pods are marked Succeeded they no longer count as running; an outage in the middle of this loop
+        # must not leave the rest waiting for a full set that can never come back.
+        if len(pods) < script.replicas and not run.succeeded_pods:
             return
         for pod in pods:
             name = pod["metadata"]["name"]
