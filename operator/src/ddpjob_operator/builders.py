@@ -34,17 +34,26 @@ def job_labels(job: str) -> dict[str, str]:
     }
 
 
+def child_metadata(job: JobRef) -> dict[str, Any]:
+    """Metadata of a per-job child (Service, NetworkPolicy): named like the job, labelled, owned by it."""
+    return {"name": job.name, "namespace": job.namespace, "labels": job_labels(job.name),
+            "ownerReferences": [owner_reference(job)]}
+
+
+def worker_selector(job: str) -> dict[str, str]:
+    return {api.LABEL_JOB_NAME: job, api.LABEL_COMPONENT: "worker"}
+
+
 def build_service(job: JobRef, spec: JobSpec) -> dict[str, Any]:
     return {
         "apiVersion": "v1",
         "kind": "Service",
-        "metadata": {"name": job.name, "namespace": job.namespace, "labels": job_labels(job.name),
-                     "ownerReferences": [owner_reference(job)]},
+        "metadata": child_metadata(job),
         "spec": {
             "clusterIP": "None",
             # Workers resolve worker-0 before it is Ready: the rendezvous is what makes them ready.
             "publishNotReadyAddresses": True,
-            "selector": {api.LABEL_JOB_NAME: job.name, api.LABEL_COMPONENT: "worker"},
+            "selector": worker_selector(job.name),
             "ports": [{"name": api.RENDEZVOUS_PORT_NAME, "port": spec.rendezvous.port,
                        "targetPort": spec.rendezvous.port, "protocol": "TCP"}],
         },
@@ -59,12 +68,11 @@ TRAINER_METRICS_PORTS = (9400, 9463)
 def build_network_policy(job: JobRef) -> dict[str, Any]:
     """spec.networkPolicy: only the job's own workers reach its workers (rendezvous and collectives use ports
     chosen at run time, so the rule is by peer, not by port), plus metrics scrapes."""
-    workers = {api.LABEL_JOB_NAME: job.name, api.LABEL_COMPONENT: "worker"}
+    workers = worker_selector(job.name)
     return {
         "apiVersion": "networking.k8s.io/v1",
         "kind": "NetworkPolicy",
-        "metadata": {"name": job.name, "namespace": job.namespace, "labels": job_labels(job.name),
-                     "ownerReferences": [owner_reference(job)]},
+        "metadata": child_metadata(job),
         "spec": {
             "podSelector": {"matchLabels": workers},
             "policyTypes": ["Ingress"],
