@@ -27,12 +27,16 @@ def create_group(core: client.CoreV1Api, job: dict) -> None:
     meta = job["metadata"]
     ref = JobRef(meta["name"], meta["namespace"], meta["uid"])
     spec = parse_spec(job["spec"])
-    _create(lambda: core.create_namespaced_service(ref.namespace, build_service(ref, spec), _request_timeout=TIMEOUT,
-                                                   _preload_content=False))
+    _create(
+        lambda: core.create_namespaced_service(
+            ref.namespace, build_service(ref, spec), _request_timeout=TIMEOUT, _preload_content=False
+        )
+    )
     for index in range(spec.replicas):
         pod = build_worker_pod(ref, spec, index=index, attempt=0, restarts=0)
-        _create(lambda: core.create_namespaced_pod(ref.namespace, pod, _request_timeout=TIMEOUT,
-                                                   _preload_content=False))
+        _create(
+            lambda: core.create_namespaced_pod(ref.namespace, pod, _request_timeout=TIMEOUT, _preload_content=False)
+        )
 
 
 def _create(call) -> None:
@@ -63,8 +67,9 @@ def main() -> int:
         threading.Thread(target=work, daemon=True).start()
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     print("baseline: watching", a.namespace, flush=True)
-    response = custom.list_namespaced_custom_object("ddpjob.dev", "v1alpha1", a.namespace, "ddpjobs", watch=True,
-                                                    _preload_content=False, timeout_seconds=3600)
+    response = custom.list_namespaced_custom_object(
+        "ddpjob.dev", "v1alpha1", a.namespace, "ddpjobs", watch=True, _preload_content=False, timeout_seconds=3600
+    )
     for line in iter_resp_lines(response):
         event = json.loads(line)
         if event["type"] == "ADDED":

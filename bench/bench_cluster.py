@@ -19,8 +19,14 @@ BIN = ROOT / ".cache" / "bin"
 CLUSTER_SH = ROOT / "hack" / "cluster.sh"
 
 # Far from the shared cluster's defaults (23790, 26443, 2025x), so both can run side by side.
-PORTS = {"ETCD_PORT": "43790", "ETCD_PEER_PORT": "43800", "APISERVER_PORT": "46443", "KCM_PORT": "40257",
-         "SCHED_PORT": "40259", "KWOK_PORT": "40247"}
+PORTS = {
+    "ETCD_PORT": "43790",
+    "ETCD_PEER_PORT": "43800",
+    "APISERVER_PORT": "46443",
+    "KCM_PORT": "40257",
+    "SCHED_PORT": "40259",
+    "KWOK_PORT": "40247",
+}
 
 # The two parties whose API requests are compared. Each is a user of its own (a client certificate signed by the
 # cluster's CA), bound to cluster-admin, so nothing differs between them but the code that issues requests.
@@ -44,8 +50,13 @@ class BenchCluster:
 
     @property
     def env(self) -> dict[str, str]:
-        return {**os.environ, **PORTS, "CLUSTER_DIR": str(self.dir), "NODES": str(self.nodes),
-                "GPUS_PER_NODE": str(self.gpus_per_node)}
+        return {
+            **os.environ,
+            **PORTS,
+            "CLUSTER_DIR": str(self.dir),
+            "NODES": str(self.nodes),
+            "GPUS_PER_NODE": str(self.gpus_per_node),
+        }
 
     @property
     def admin_kubeconfig(self) -> Path:
@@ -70,8 +81,13 @@ class BenchCluster:
         subprocess.run(["bash", str(CLUSTER_SH), "down"], env=self.env, check=False)
 
     def kubectl(self, *args: str, input: str | None = None) -> str:
-        done = subprocess.run([str(BIN / "kubectl"), "--kubeconfig", str(self.admin_kubeconfig), *args],
-                              input=input, capture_output=True, text=True, timeout=300)
+        done = subprocess.run(
+            [str(BIN / "kubectl"), "--kubeconfig", str(self.admin_kubeconfig), *args],
+            input=input,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         if done.returncode != 0:
             raise RuntimeError(f"kubectl {' '.join(args)} failed: {done.stderr.strip()}")
         return done.stdout
@@ -95,17 +111,37 @@ class BenchCluster:
             with tempfile.TemporaryDirectory() as tmp:
                 csr = Path(tmp) / "req.csr"
                 subprocess.run(["openssl", "genrsa", "-out", str(key), "2048"], check=True, capture_output=True)
-                subprocess.run(["openssl", "req", "-new", "-key", str(key), "-subj", f"/CN={user_name(party)}",
-                                "-out", str(csr)], check=True, capture_output=True)
-                subprocess.run(["openssl", "x509", "-req", "-in", str(csr), "-CA", str(pki / "ca.crt"), "-CAkey",
-                                str(pki / "ca.key"), "-CAcreateserial", "-days", "2", "-out", str(crt)],
-                               check=True, capture_output=True)
+                subprocess.run(
+                    ["openssl", "req", "-new", "-key", str(key), "-subj", f"/CN={user_name(party)}", "-out", str(csr)],
+                    check=True,
+                    capture_output=True,
+                )
+                subprocess.run(
+                    [
+                        "openssl",
+                        "x509",
+                        "-req",
+                        "-in",
+                        str(csr),
+                        "-CA",
+                        str(pki / "ca.crt"),
+                        "-CAkey",
+                        str(pki / "ca.key"),
+                        "-CAcreateserial",
+                        "-days",
+                        "2",
+                        "-out",
+                        str(crt),
+                    ],
+                    check=True,
+                    capture_output=True,
+                )
         server = f"https://127.0.0.1:{PORTS['APISERVER_PORT']}"
         self.kubeconfig(party).write_text(f"""apiVersion: v1
 kind: Config
 clusters:
 - name: bench
-  cluster: {{server: "{server}", certificate-authority: "{pki / 'ca.crt'}"}}
+  cluster: {{server: "{server}", certificate-authority: "{pki / "ca.crt"}"}}
 users:
 - name: {party}
   user: {{client-certificate: "{crt}", client-key: "{key}"}}
@@ -120,7 +156,8 @@ def _counting_manifests() -> str:
     """cluster-admin for each party, one priority level, and two FlowSchemas per party: its writes (matched
     first) and everything else it sends. apiserver_flowcontrol_dispatched_requests_total{flow_schema} then
     counts each party's requests, from the API server itself."""
-    docs = ["""apiVersion: flowcontrol.apiserver.k8s.io/v1
+    docs = [
+        """apiVersion: flowcontrol.apiserver.k8s.io/v1
 kind: PriorityLevelConfiguration
 metadata: {name: ddpjob-bench}
 spec:
@@ -130,7 +167,8 @@ spec:
     nominalConcurrencyShares: 200
     lendablePercent: 0
     limitResponse: {type: Queue, queuing: {queues: 64, handSize: 8, queueLengthLimit: 200}}
-"""]
+"""
+    ]
     for precedence, party in ((500, "operator"), (510, "baseline")):
         user = user_name(party)
         docs.append(f"""apiVersion: rbac.authorization.k8s.io/v1

@@ -37,8 +37,9 @@ class NamespaceWatch:
     def start(self) -> "NamespaceWatch":
         listers = [
             lambda **kw: self.core.list_namespaced_pod(self.namespace, _preload_content=False, **kw),
-            lambda **kw: self.custom.list_namespaced_custom_object("ddpjob.dev", "v1alpha1", self.namespace,
-                                                                   "ddpjobs", _preload_content=False, **kw),
+            lambda **kw: self.custom.list_namespaced_custom_object(
+                "ddpjob.dev", "v1alpha1", self.namespace, "ddpjobs", _preload_content=False, **kw
+            ),
         ]
         for lister, handle in zip(listers, (self._pod, self._job)):
             thread = threading.Thread(target=self._pump, args=(lister, handle), daemon=True)
@@ -62,8 +63,7 @@ class NamespaceWatch:
         close due to unresponsiveness"), and a silent end would freeze the benchmark's view."""
         version = self._relist(lister, handle)
         while not self._stopping:
-            response = lister(watch=True, resource_version=version, allow_watch_bookmarks=True,
-                              timeout_seconds=600)
+            response = lister(watch=True, resource_version=version, allow_watch_bookmarks=True, timeout_seconds=600)
             self._responses.append(response)
             try:
                 for line in iter_resp_lines(response):
@@ -100,8 +100,11 @@ class NamespaceWatch:
         meta = pod["metadata"]
         labels = meta.get("labels") or {}
         name = meta["name"]
-        running = kind != "DELETED" and (pod.get("status") or {}).get("phase") == "Running" \
+        running = (
+            kind != "DELETED"
+            and (pod.get("status") or {}).get("phase") == "Running"
             and not meta.get("deletionTimestamp")
+        )
         if not running:
             self.pods_running_now.discard(name)
             return

@@ -14,5 +14,9 @@ def percentile(sorted_values: list[float], q: float) -> float | None:
 
 def summarize(values: list[float]) -> dict:
     ordered = sorted(values)
-    return {"count": len(ordered), "p50": percentile(ordered, 50), "p95": percentile(ordered, 95),
-            "max": ordered[-1] if ordered else None}
+    return {
+        "count": len(ordered),
+        "p50": percentile(ordered, 50),
+        "p95": percentile(ordered, 95),
+        "max": ordered[-1] if ordered else None,
+    }

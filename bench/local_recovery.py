@@ -12,8 +12,15 @@ from pathlib import Path
 
 from machine import describe_machine
 
-PHASES = ("detection", "pod recreation", "process start", "rendezvous", "checkpoint load", "first steps",
-          "recovery total")
+PHASES = (
+    "detection",
+    "pod recreation",
+    "process start",
+    "rendezvous",
+    "checkpoint load",
+    "first steps",
+    "recovery total",
+)
 _ROW = re.compile(r"^\s+(" + "|".join(PHASES) + r")\s+(-?[\d.]+) s\s*$")
 
 
@@ -28,15 +35,26 @@ def parse_breakdown(text: str) -> dict[str, float]:
 
 def main() -> int:
     source = Path(sys.argv[1])
-    out = Path(sys.argv[2]) if len(sys.argv) > 2 else Path(__file__).resolve().parent / "results" / "local_recovery.json"
+    out = (
+        Path(sys.argv[2]) if len(sys.argv) > 2 else Path(__file__).resolve().parent / "results" / "local_recovery.json"
+    )
     rows = parse_breakdown(source.read_text())
     if "recovery total" not in rows:
         print(f"no recovery breakdown in {source} (did the demo kill a worker?)", file=sys.stderr)
         return 1
-    out.write_text(json.dumps({"benchmark": "local_recovery", "machine": describe_machine(),
-                               "workload": "examples/digits.yaml, 2 pods x 2 processes, gloo, kill -9 of worker-1's "
-                                           "trainer at half the steps",
-                               "breakdown_seconds": rows}, indent=1) + "\n")
+    out.write_text(
+        json.dumps(
+            {
+                "benchmark": "local_recovery",
+                "machine": describe_machine(),
+                "workload": "examples/digits.yaml, 2 pods x 2 processes, gloo, kill -9 of worker-1's "
+                "trainer at half the steps",
+                "breakdown_seconds": rows,
+            },
+            indent=1,
+        )
+        + "\n"
+    )
     return 0
 
 

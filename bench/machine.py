@@ -22,11 +22,17 @@ def describe_machine() -> dict:
         pass
     gpu = ""
     try:
-        gpu = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True,
-                             text=True, timeout=10).stdout.strip()
+        gpu = subprocess.run(
+            ["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True, text=True, timeout=10
+        ).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         pass
-    return {"cpus": os.cpu_count(), "cpu_model": model, "memory_gib": round(memory_gib, 1),
-            "gpu": gpu or "none", "kernel": platform.release(), "python": platform.python_version(),
-            "note": "2-core VM shared with the other engineers' work; no GPU" if not gpu and os.cpu_count() == 2
-            else ""}
+    return {
+        "cpus": os.cpu_count(),
+        "cpu_model": model,
+        "memory_gib": round(memory_gib, 1),
+        "gpu": gpu or "none",
+        "kernel": platform.release(),
+        "python": platform.python_version(),
+        "note": "2-core VM shared with the other engineers' work; no GPU" if not gpu and os.cpu_count() == 2 else "",
+    }

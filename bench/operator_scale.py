@@ -29,17 +29,25 @@ AIM_EXTRA_WRITES_PER_JOB = 3  # writes per job <= pods + 3
 
 
 def summarize_run(r: RunResult) -> dict:
-    out = {"jobs": r.jobs, "pods_per_job": r.pods_per_job, "groups_running": r.groups_running,
-           "timed_out": r.timed_out, "total_seconds": round(r.total_seconds, 2),
-           "apply_to_all_running_seconds": {k: (round(v, 3) if isinstance(v, float) else v)
-                                            for k, v in summarize(r.latencies).items()},
-           "latencies_seconds": [round(x, 3) for x in r.latencies],
-           "requests_per_job": {"total": round(r.requests.total / r.jobs, 2),
-                                "writes": round(r.requests.writes / r.jobs, 2),
-                                "reads": round(r.requests.reads / r.jobs, 2)},
-           "requests_total": {"writes": r.requests.writes, "reads": r.requests.reads},
-           "peak_rss_mib": round(r.usage.peak_rss_mib, 1) if r.usage else None,
-           "cpu_seconds": round(r.usage.cpu_seconds, 2) if r.usage else None}
+    out = {
+        "jobs": r.jobs,
+        "pods_per_job": r.pods_per_job,
+        "groups_running": r.groups_running,
+        "timed_out": r.timed_out,
+        "total_seconds": round(r.total_seconds, 2),
+        "apply_to_all_running_seconds": {
+            k: (round(v, 3) if isinstance(v, float) else v) for k, v in summarize(r.latencies).items()
+        },
+        "latencies_seconds": [round(x, 3) for x in r.latencies],
+        "requests_per_job": {
+            "total": round(r.requests.total / r.jobs, 2),
+            "writes": round(r.requests.writes / r.jobs, 2),
+            "reads": round(r.requests.reads / r.jobs, 2),
+        },
+        "requests_total": {"writes": r.requests.writes, "reads": r.requests.reads},
+        "peak_rss_mib": round(r.usage.peak_rss_mib, 1) if r.usage else None,
+        "cpu_seconds": round(r.usage.cpu_seconds, 2) if r.usage else None,
+    }
     if r.status_running_seconds is not None:
         out["all_status_running_seconds"] = round(r.status_running_seconds, 2)
     return out
@@ -48,22 +56,30 @@ def summarize_run(r: RunResult) -> dict:
 def ratios(op: dict, base: dict) -> dict:
     def ratio(a, b):
         return round(a / b, 3) if a is not None and b else None
+
     lat_op, lat_base = op["apply_to_all_running_seconds"], base["apply_to_all_running_seconds"]
-    return {"p50": ratio(lat_op["p50"], lat_base["p50"]), "p95": ratio(lat_op["p95"], lat_base["p95"]),
-            "max": ratio(lat_op["max"], lat_base["max"]), "total": ratio(op["total_seconds"], base["total_seconds"]),
-            "requests_per_job": ratio(op["requests_per_job"]["total"], base["requests_per_job"]["total"]),
-            "writes_per_job": ratio(op["requests_per_job"]["writes"], base["requests_per_job"]["writes"]),
-            "cpu_seconds": ratio(op["cpu_seconds"], base["cpu_seconds"]),
-            "peak_rss_mib": ratio(op["peak_rss_mib"], base["peak_rss_mib"])}
+    return {
+        "p50": ratio(lat_op["p50"], lat_base["p50"]),
+        "p95": ratio(lat_op["p95"], lat_base["p95"]),
+        "max": ratio(lat_op["max"], lat_base["max"]),
+        "total": ratio(op["total_seconds"], base["total_seconds"]),
+        "requests_per_job": ratio(op["requests_per_job"]["total"], base["requests_per_job"]["total"]),
+        "writes_per_job": ratio(op["requests_per_job"]["writes"], base["requests_per_job"]["writes"]),
+        "cpu_seconds": ratio(op["cpu_seconds"], base["cpu_seconds"]),
+        "peak_rss_mib": ratio(op["peak_rss_mib"], base["peak_rss_mib"]),
+    }
 
 
 def verdicts(workload: dict) -> dict:
     pods = workload["operator"]["pods_per_job"]
     writes = workload["operator"]["requests_per_job"]["writes"]
     total_ratio = workload["ratio"]["total"]
-    return {"time_ratio_aim": AIM_TIME_RATIO, "time_ratio_met": total_ratio is not None and total_ratio <= AIM_TIME_RATIO,
-            "writes_per_job_aim": pods + AIM_EXTRA_WRITES_PER_JOB,
-            "writes_per_job_met": writes <= pods + AIM_EXTRA_WRITES_PER_JOB}
+    return {
+        "time_ratio_aim": AIM_TIME_RATIO,
+        "time_ratio_met": total_ratio is not None and total_ratio <= AIM_TIME_RATIO,
+        "writes_per_job_aim": pods + AIM_EXTRA_WRITES_PER_JOB,
+        "writes_per_job_met": writes <= pods + AIM_EXTRA_WRITES_PER_JOB,
+    }
 
 
 def main() -> int:
@@ -82,12 +98,18 @@ def main() -> int:
     log_dir = Path(tempfile.mkdtemp(prefix="ddpjob-bench-logs-"))
     say(f"party logs in {log_dir}")
     started = time.monotonic()
-    report = {"benchmark": "operator_scale", "machine": describe_machine(), "nodes": a.nodes,
-              "gpus_per_node": a.gpus_per_node, "operator_workers": OPERATOR_WORKERS, "baseline_threads": OPERATOR_WORKERS,
-              "request_counting": "apiserver_flowcontrol_dispatched_requests_total by FlowSchema: each party is its "
-                                  "own client-certificate user, with one FlowSchema for its writes "
-                                  "(create/update/patch/delete) and one for everything else",
-              "workloads": []}
+    report = {
+        "benchmark": "operator_scale",
+        "machine": describe_machine(),
+        "nodes": a.nodes,
+        "gpus_per_node": a.gpus_per_node,
+        "operator_workers": OPERATOR_WORKERS,
+        "baseline_threads": OPERATOR_WORKERS,
+        "request_counting": "apiserver_flowcontrol_dispatched_requests_total by FlowSchema: each party is its "
+        "own client-certificate user, with one FlowSchema for its writes "
+        "(create/update/patch/delete) and one for everything else",
+        "workloads": [],
+    }
     try:
         cluster.up()
         admin_cfg = client.Configuration()
@@ -106,12 +128,14 @@ def main() -> int:
             if op.recovery is not None:
                 rec = op.recovery
                 report["recovery"] = {
-                    "workload": entry["name"], "fraction_failed": a.recovery_fraction,
+                    "workload": entry["name"],
+                    "fraction_failed": a.recovery_fraction,
                     **{k: v for k, v in rec.items() if not k.endswith("_seconds")},
                     "recovery": summarize(rec["recovery_seconds"]),
                     "decision_latency": summarize(rec["decision_latency_seconds"]),
                     "recovery_seconds": [round(x, 3) for x in rec["recovery_seconds"]],
-                    "decision_latency_seconds": [round(x, 3) for x in rec["decision_latency_seconds"]]}
+                    "decision_latency_seconds": [round(x, 3) for x in rec["decision_latency_seconds"]],
+                }
             report["workloads"].append(entry)
             say(f"{entry['name']}: operator/baseline total {entry['ratio']['total']}, p95 {entry['ratio']['p95']}")
     finally:

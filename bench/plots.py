@@ -1,6 +1,6 @@
 """PNG plots of whatever results exist in bench/results (a missing JSON skips its plots).
 
-    python bench/plots.py [--results bench/results]"""
+python bench/plots.py [--results bench/results]"""
 
 from __future__ import annotations
 
@@ -35,8 +35,12 @@ def plot_scale(scale: dict, out: Path) -> None:
     for ax, w in zip(axes[0], workloads):
         for party in ("baseline", "operator"):
             r = w[party]
-            _cdf(ax, r["latencies_seconds"], f"{party} (p95 {r['apply_to_all_running_seconds']['p95']:.1f}s, "
-                 f"total {r['total_seconds']:.0f}s)", COLORS[party])
+            _cdf(
+                ax,
+                r["latencies_seconds"],
+                f"{party} (p95 {r['apply_to_all_running_seconds']['p95']:.1f}s, total {r['total_seconds']:.0f}s)",
+                COLORS[party],
+            )
         ax.set_title(f"{w['name']}: apply -> all pods Running (ratio total {w['ratio']['total']}x)")
         ax.set_xlabel("seconds after the DDPJob was applied")
         ax.set_ylabel("fraction of jobs")
@@ -53,15 +57,29 @@ def plot_scale(scale: dict, out: Path) -> None:
         for party in ("baseline", "operator"):
             per_job = w[party]["requests_per_job"]
             ax.bar(x, per_job["writes"], color=COLORS[party], label=f"{party} writes" if x < 2 else None)
-            ax.bar(x, per_job["reads"], bottom=per_job["writes"], color=COLORS[party], alpha=0.4, hatch="//",
-                   label=f"{party} reads" if x < 2 else None)
-            ax.text(x, per_job["total"], f"{per_job['writes']:.1f}w\n{per_job['reads']:.1f}r", ha="center",
-                    va="bottom", fontsize=8)
+            ax.bar(
+                x,
+                per_job["reads"],
+                bottom=per_job["writes"],
+                color=COLORS[party],
+                alpha=0.4,
+                hatch="//",
+                label=f"{party} reads" if x < 2 else None,
+            )
+            ax.text(
+                x,
+                per_job["total"],
+                f"{per_job['writes']:.1f}w\n{per_job['reads']:.1f}r",
+                ha="center",
+                va="bottom",
+                fontsize=8,
+            )
             labels.append(f"{w['name']}\n{party}")
             x += 1
         aim = w["aims"]["writes_per_job_aim"]
-        ax.hlines(aim, x - 2.4, x - 0.6, colors="tab:red", linestyles="--",
-                  label="aim: pods + 3 writes" if x == 2 else None)
+        ax.hlines(
+            aim, x - 2.4, x - 0.6, colors="tab:red", linestyles="--", label="aim: pods + 3 writes" if x == 2 else None
+        )
     ax.set_xticks(range(len(labels)), labels, fontsize=8)
     ax.set_ylabel("API requests per job (API server's APF counters)")
     ax.set_title("API requests per job, apply -> all Running")
@@ -74,12 +92,22 @@ def plot_scale(scale: dict, out: Path) -> None:
     rec = scale.get("recovery")
     if rec:
         fig, ax = plt.subplots(figsize=(7, 4.2))
-        _cdf(ax, rec["decision_latency_seconds"], f"failure -> restart decision (p50 "
-             f"{rec['decision_latency']['p50']:.1f}s)", "tab:orange")
-        _cdf(ax, rec["recovery_seconds"], f"failure -> new attempt all Running (p50 {rec['recovery']['p50']:.1f}s)",
-             "tab:blue")
-        ax.set_title(f"Recovery at scale: {rec['failed_pods']} pods failed at once, "
-                     f"{rec['affected_groups']} groups ({rec['workload']})")
+        _cdf(
+            ax,
+            rec["decision_latency_seconds"],
+            f"failure -> restart decision (p50 {rec['decision_latency']['p50']:.1f}s)",
+            "tab:orange",
+        )
+        _cdf(
+            ax,
+            rec["recovery_seconds"],
+            f"failure -> new attempt all Running (p50 {rec['recovery']['p50']:.1f}s)",
+            "tab:blue",
+        )
+        ax.set_title(
+            f"Recovery at scale: {rec['failed_pods']} pods failed at once, "
+            f"{rec['affected_groups']} groups ({rec['workload']})"
+        )
         ax.set_xlabel("seconds after the failure was acknowledged by the API")
         ax.set_ylabel("fraction of affected groups")
         ax.grid(alpha=0.3)
@@ -95,13 +123,29 @@ def plot_trainer(trainer: dict, out: Path) -> None:
     ax = axes[0]
     names = [r["workload"] for r in overhead]
     xs = range(len(names))
-    ax.bar([x - 0.2 for x in xs], [r["baseline_samples_per_second"] for r in overhead], 0.4, color="tab:gray",
-           label="hand-written loop")
-    ax.bar([x + 0.2 for x in xs], [r["samples_per_second"] for r in overhead], 0.4, color="tab:blue",
-           label="ddp_trainer loop")
+    ax.bar(
+        [x - 0.2 for x in xs],
+        [r["baseline_samples_per_second"] for r in overhead],
+        0.4,
+        color="tab:gray",
+        label="hand-written loop",
+    )
+    ax.bar(
+        [x + 0.2 for x in xs],
+        [r["samples_per_second"] for r in overhead],
+        0.4,
+        color="tab:blue",
+        label="ddp_trainer loop",
+    )
     for x, r in zip(xs, overhead):
-        ax.text(x + 0.2, r["samples_per_second"], f"{100 * r['harness_overhead']:+.1f}%", ha="center",
-                va="bottom", fontsize=8)
+        ax.text(
+            x + 0.2,
+            r["samples_per_second"],
+            f"{100 * r['harness_overhead']:+.1f}%",
+            ha="center",
+            va="bottom",
+            fontsize=8,
+        )
     ax.set_xticks(list(xs), names)
     ax.set_yscale("log")
     ax.set_ylabel("samples/s (world 1, CPU)")
@@ -111,8 +155,14 @@ def plot_trainer(trainer: dict, out: Path) -> None:
     ks = [r["grad_accum_steps"] for r in scaling]
     ax.plot(ks, [r["efficiency"] for r in scaling], "o-", color="tab:blue", label="world 2 / (2 x world 1)")
     for k, r in zip(ks, scaling):
-        ax.annotate(f"{r['efficiency']:.2f}", (k, r["efficiency"]), textcoords="offset points", xytext=(0, 6),
-                    ha="center", fontsize=8)
+        ax.annotate(
+            f"{r['efficiency']:.2f}",
+            (k, r["efficiency"]),
+            textcoords="offset points",
+            xytext=(0, 6),
+            ha="center",
+            fontsize=8,
+        )
     ax.axhline(1.0, color="tab:gray", linestyle="--", linewidth=1)
     ax.set_xscale("log", base=2)
     ax.set_xticks(ks, [str(k) for k in ks])

@@ -15,9 +15,19 @@ from cluster_watch import JOB_LABEL, NamespaceWatch
 from progress_lines import say
 from scale_run import wait_groups_running
 
-FAILED_STATUS = {"phase": "Failed", "containerStatuses": [{
-    "name": "trainer", "ready": False, "restartCount": 0, "image": "bench/ddp-trainer:none", "imageID": "",
-    "state": {"terminated": {"exitCode": 137, "reason": "OOMKilled"}}}]}
+FAILED_STATUS = {
+    "phase": "Failed",
+    "containerStatuses": [
+        {
+            "name": "trainer",
+            "ready": False,
+            "restartCount": 0,
+            "image": "bench/ddp-trainer:none",
+            "imageID": "",
+            "state": {"terminated": {"exitCode": 137, "reason": "OOMKilled"}},
+        }
+    ],
+}
 
 
 def fail_pods(core: client.CoreV1Api, namespace: str, victims: list[tuple[str, str]]) -> dict[str, float]:
@@ -28,8 +38,9 @@ def fail_pods(core: client.CoreV1Api, namespace: str, victims: list[tuple[str, s
     def one(victim: tuple[str, str]) -> None:
         name, uid = victim
         try:
-            core.patch_namespaced_pod_status(name, namespace, {"metadata": {"uid": uid}, "status": FAILED_STATUS},
-                                             _preload_content=False).data
+            core.patch_namespaced_pod_status(
+                name, namespace, {"metadata": {"uid": uid}, "status": FAILED_STATUS}, _preload_content=False
+            ).data
             acknowledged[name] = time.monotonic()
         except ApiException as exc:
             if exc.status not in (404, 409, 422):  # gone, or the name is a newer pod's
@@ -59,8 +70,9 @@ def measure_recovery(admin: client.ApiClient, fraction: float, pods_per_job: int
             job = job_of[pod]
             failed_at[job] = min(at, failed_at.get(job, at))
         affected = sorted(failed_at)
-        ok = wait_groups_running(watch, affected, pods_per_job, timeout, "recovery",
-                                 attempt_of={j: 1 for j in affected})
+        ok = wait_groups_running(
+            watch, affected, pods_per_job, timeout, "recovery", attempt_of={j: 1 for j in affected}
+        )
         decisions, recoveries = [], []
         for job in affected:
             decided = watch.attempt_time(job, 1)
@@ -70,7 +82,14 @@ def measure_recovery(admin: client.ApiClient, fraction: float, pods_per_job: int
             if running_at is not None:
                 recoveries.append(running_at - failed_at[job])
         say(f"  recovered {len(recoveries)}/{len(affected)} groups")
-        return {"failed_pods": len(acknowledged), "pods_running_before": len(running), "affected_groups": len(affected),
-                "recovered_groups": len(recoveries), "timed_out": not ok,
-                "decision_latency_seconds": sorted(decisions), "recovery_seconds": sorted(recoveries)}
+        return {
+            "failed_pods": len(acknowledged),
+            "pods_running_before": len(running),
+            "affected_groups": len(affected),
+            "recovered_groups": len(recoveries),
+            "timed_out": not ok,
+            "decision_latency_seconds": sorted(decisions),
+            "recovery_seconds": sorted(recoveries),
+        }
+
     return run

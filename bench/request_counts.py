@@ -32,5 +32,9 @@ def parse_counts(metrics_text: str) -> dict[str, RequestCounts]:
             if sample.name == DISPATCHED:
                 schema = sample.labels.get("flow_schema", "")
                 by_schema[schema] = by_schema.get(schema, 0.0) + sample.value
-    return {party: RequestCounts(by_schema.get(flow_schema_name(party, "writes"), 0.0),
-                                 by_schema.get(flow_schema_name(party, "reads"), 0.0)) for party in PARTIES}
+    return {
+        party: RequestCounts(
+            by_schema.get(flow_schema_name(party, "writes"), 0.0), by_schema.get(flow_schema_name(party, "reads"), 0.0)
+        )
+        for party in PARTIES
+    }

@@ -29,12 +29,20 @@ OPERATOR_WORKERS = 4  # the operator's default --workers; the baseline gets the 
 
 def ddpjob(name: str, pods: int) -> dict:
     return {
-        "apiVersion": "ddpjob.dev/v1alpha1", "kind": "DDPJob", "metadata": {"name": name},
+        "apiVersion": "ddpjob.dev/v1alpha1",
+        "kind": "DDPJob",
+        "metadata": {"name": name},
         "spec": {
-            "replicas": pods, "gpusPerReplica": 1, "restartPolicy": "OnFailure",
+            "replicas": pods,
+            "gpusPerReplica": 1,
+            "restartPolicy": "OnFailure",
             "runPolicy": {"backoffLimit": 3, "restartBackoffSeconds": 0},
-            "template": {"spec": {"terminationGracePeriodSeconds": 0,
-                                  "containers": [{"name": "trainer", "image": "bench/ddp-trainer:none"}]}},
+            "template": {
+                "spec": {
+                    "terminationGracePeriodSeconds": 0,
+                    "containers": [{"name": "trainer", "image": "bench/ddp-trainer:none"}],
+                }
+            },
         },
     }
 
@@ -66,11 +74,28 @@ class Party:
     def start(self) -> None:
         env = {**os.environ, "KUBECONFIG": str(self.cluster.kubeconfig(self.party)), "PYTHONUNBUFFERED": "1"}
         if self.party == "operator":
-            args = [sys.executable, "-m", "ddpjob_operator", "--namespace", self.namespace, "--metrics-port",
-                    "48080", "--liveness-port", str(self.liveness_port), "--workers", str(OPERATOR_WORKERS)]
+            args = [
+                sys.executable,
+                "-m",
+                "ddpjob_operator",
+                "--namespace",
+                self.namespace,
+                "--metrics-port",
+                "48080",
+                "--liveness-port",
+                str(self.liveness_port),
+                "--workers",
+                str(OPERATOR_WORKERS),
+            ]
         else:
-            args = [sys.executable, str(ROOT / "bench" / "baseline_client.py"), "--namespace", self.namespace,
-                    "--workers", str(OPERATOR_WORKERS)]
+            args = [
+                sys.executable,
+                str(ROOT / "bench" / "baseline_client.py"),
+                "--namespace",
+                self.namespace,
+                "--workers",
+                str(OPERATOR_WORKERS),
+            ]
         with open(self.log_path, "w") as log:
             self.proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=ROOT)
         self._wait_ready()
@@ -110,16 +135,23 @@ def submit(custom: client.CustomObjectsApi, namespace: str, names: list[str], po
 
     def one(name: str) -> None:
         applied[name] = time.monotonic()
-        custom.create_namespaced_custom_object("ddpjob.dev", "v1alpha1", namespace, "ddpjobs", ddpjob(name, pods),
-                                               _preload_content=False).data
+        custom.create_namespaced_custom_object(
+            "ddpjob.dev", "v1alpha1", namespace, "ddpjobs", ddpjob(name, pods), _preload_content=False
+        ).data
 
     with ThreadPoolExecutor(SUBMIT_THREADS) as pool:
         list(pool.map(one, names))
     return applied
 
 
-def wait_groups_running(watch: NamespaceWatch, names: list[str], pods: int, timeout: float, what: str,
-                        attempt_of: dict[str, int] | None = None) -> bool:
+def wait_groups_running(
+    watch: NamespaceWatch,
+    names: list[str],
+    pods: int,
+    timeout: float,
+    what: str,
+    attempt_of: dict[str, int] | None = None,
+) -> bool:
     attempt_of = attempt_of or {}
     deadline, last_report = time.monotonic() + timeout, 0.0
     while True:
@@ -128,8 +160,10 @@ def wait_groups_running(watch: NamespaceWatch, names: list[str], pods: int, time
         if done == len(names):
             return True
         if now - last_report >= 10:
-            say(f"  {what}: {done}/{len(names)} groups Running ({watch.events} watch events, "
-                f"{watch.reconnects} watch reconnects)")
+            say(
+                f"  {what}: {done}/{len(names)} groups Running ({watch.events} watch events, "
+                f"{watch.reconnects} watch reconnects)"
+            )
             last_report = now
         if now > deadline:
             say(f"  {what}: TIMED OUT after {timeout:.0f}s with {done}/{len(names)} groups Running")
@@ -173,8 +207,16 @@ def delete_namespace(core: client.CoreV1Api, namespace: str, timeout: float = 30
     raise RuntimeError(f"namespace {namespace} still there after {timeout}s")
 
 
-def run_workload(cluster: BenchCluster, admin: client.ApiClient, party: str, jobs: int, pods: int,
-                 log_dir: Path, timeout: float, after_running=None) -> RunResult:
+def run_workload(
+    cluster: BenchCluster,
+    admin: client.ApiClient,
+    party: str,
+    jobs: int,
+    pods: int,
+    log_dir: Path,
+    timeout: float,
+    after_running=None,
+) -> RunResult:
     """after_running(watch, names, namespace) runs while the party is still up (the recovery benchmark)."""
     namespace = f"{party[:4]}-{jobs}x{pods}"
     core, custom = client.CoreV1Api(admin), client.CustomObjectsApi(admin)
@@ -202,9 +244,11 @@ def run_workload(cluster: BenchCluster, admin: client.ApiClient, party: str, job
         result.groups_running = len(result.latencies)
         finished = [t for t in ends.values() if t is not None]
         result.total_seconds = (max(finished) - first_apply) if finished else 0.0
-        say(f"  {party}: {result.groups_running}/{jobs} groups Running, total {result.total_seconds:.1f}s, "
+        say(
+            f"  {party}: {result.groups_running}/{jobs} groups Running, total {result.total_seconds:.1f}s, "
             f"{result.requests.total / jobs:.1f} requests/job ({result.requests.writes / jobs:.1f} writes), "
-            f"peak RSS {result.usage.peak_rss_mib:.0f} MiB, CPU {result.usage.cpu_seconds:.1f}s")
+            f"peak RSS {result.usage.peak_rss_mib:.0f} MiB, CPU {result.usage.cpu_seconds:.1f}s"
+        )
         if after_running is not None and not result.timed_out:
             result.recovery = after_running(watch, names, namespace)
     finally:

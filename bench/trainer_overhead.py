@@ -13,8 +13,7 @@ import statistics
 
 import torch
 import torch.distributed as dist
-from ddp_trainer.bench_gpu import (BATCH, baseline_throughput, ensure_process_group, harness_throughput,
-                                   trainer_config)
+from ddp_trainer.bench_gpu import BATCH, baseline_throughput, ensure_process_group, harness_throughput, trainer_config
 from ddp_trainer.progress_log import Identity
 from ddp_trainer.trainer import Trainer
 
@@ -35,12 +34,21 @@ def paired_overhead(workload: str, pairs: int, steps: int, env, device) -> dict:
             harness.append(harness_throughput(trainer, steps, device))
     overheads = sorted(1 - h / b for h, b in zip(harness, baseline))
     quartiles = statistics.quantiles(overheads, n=4) if len(overheads) >= 2 else [overheads[0]] * 3
-    return {"workload": workload, "preset": "tiny", "batch_per_rank": batch, "world_size": env.world_size,
-            "pairs": pairs, "steps_per_run": steps,
-            "samples_per_second": statistics.median(harness), "baseline_samples_per_second": statistics.median(baseline),
-            "harness_overhead": statistics.median(overheads), "overhead_iqr": [quartiles[0], quartiles[2]],
-            "samples_per_second_runs": harness, "baseline_runs": baseline,
-            "parameters": sum(p.numel() for p in trainer.ddp.module.parameters())}
+    return {
+        "workload": workload,
+        "preset": "tiny",
+        "batch_per_rank": batch,
+        "world_size": env.world_size,
+        "pairs": pairs,
+        "steps_per_run": steps,
+        "samples_per_second": statistics.median(harness),
+        "baseline_samples_per_second": statistics.median(baseline),
+        "harness_overhead": statistics.median(overheads),
+        "overhead_iqr": [quartiles[0], quartiles[2]],
+        "samples_per_second_runs": harness,
+        "baseline_runs": baseline,
+        "parameters": sum(p.numel() for p in trainer.ddp.module.parameters()),
+    }
 
 
 def main() -> int:
@@ -54,12 +62,15 @@ def main() -> int:
     env, device = ensure_process_group()
     results = [paired_overhead(w, a.pairs, a.steps, env, device) for w in a.workloads.split(",")]
     with open(a.out, "w") as f:
-        json.dump({"method": "paired alternation, median of per-pair overhead", "threads": 1, "results": results},
-                  f, indent=1)
+        json.dump(
+            {"method": "paired alternation, median of per-pair overhead", "threads": 1, "results": results}, f, indent=1
+        )
     for r in results:
-        print(f"{r['workload']:>6} overhead median {100 * r['harness_overhead']:+.1f}% "
-              f"(IQR {100 * r['overhead_iqr'][0]:+.1f}% .. {100 * r['overhead_iqr'][1]:+.1f}%) over {r['pairs']} pairs",
-              flush=True)
+        print(
+            f"{r['workload']:>6} overhead median {100 * r['harness_overhead']:+.1f}% "
+            f"(IQR {100 * r['overhead_iqr'][0]:+.1f}% .. {100 * r['overhead_iqr'][1]:+.1f}%) over {r['pairs']} pairs",
+            flush=True,
+        )
     dist.destroy_process_group()
     return 0
 

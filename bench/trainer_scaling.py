@@ -27,10 +27,15 @@ def measure(env, device, workload: str, micro_batch: int, accum: int, steps: int
     trainer.talks = False
     harness_throughput(trainer, 3, device)  # warm-up: allocator, first DDP bucket rebuild
     runs = [harness_throughput(trainer, steps, device) for _ in range(repeats)]
-    return {"workload": workload, "world_size": env.world_size, "grad_accum_steps": accum,
-            "micro_batch_per_rank": micro_batch, "samples_per_second": statistics.median(runs),
-            "samples_per_second_runs": runs,
-            "parameters": sum(p.numel() for p in trainer.ddp.module.parameters())}
+    return {
+        "workload": workload,
+        "world_size": env.world_size,
+        "grad_accum_steps": accum,
+        "micro_batch_per_rank": micro_batch,
+        "samples_per_second": statistics.median(runs),
+        "samples_per_second_runs": runs,
+        "parameters": sum(p.numel() for p in trainer.ddp.module.parameters()),
+    }
 
 
 def main() -> int:
@@ -44,15 +49,19 @@ def main() -> int:
     a = p.parse_args()
     torch.set_num_threads(1)
     env, device = ensure_process_group()
-    results = [measure(env, device, a.workload, a.micro_batch, int(k), a.steps, a.repeats)
-               for k in a.accum.split(",")]
+    results = [measure(env, device, a.workload, a.micro_batch, int(k), a.steps, a.repeats) for k in a.accum.split(",")]
     if env.rank == 0:
         with open(a.out, "w") as f:
-            json.dump({"world_size": env.world_size, "threads_per_rank": 1, "backend": "gloo",
-                       "results": results}, f, indent=1)
+            json.dump(
+                {"world_size": env.world_size, "threads_per_rank": 1, "backend": "gloo", "results": results},
+                f,
+                indent=1,
+            )
         for r in results:
-            print(f"world={r['world_size']} accum={r['grad_accum_steps']} "
-                  f"samples/s={r['samples_per_second']:.1f}", flush=True)
+            print(
+                f"world={r['world_size']} accum={r['grad_accum_steps']} samples/s={r['samples_per_second']:.1f}",
+                flush=True,
+            )
     dist.destroy_process_group()
     return 0
 

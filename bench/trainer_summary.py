@@ -22,10 +22,15 @@ def join_scaling(w1: dict, w2: dict) -> list[dict]:
         r1 = by_k.get(r2["grad_accum_steps"])
         if r1 is None:
             continue
-        rows.append({"grad_accum_steps": r2["grad_accum_steps"], "micro_batch_per_rank": r2["micro_batch_per_rank"],
-                     "world1_samples_per_second": r1["samples_per_second"],
-                     "world2_samples_per_second": r2["samples_per_second"],
-                     "efficiency": r2["samples_per_second"] / (2 * r1["samples_per_second"])})
+        rows.append(
+            {
+                "grad_accum_steps": r2["grad_accum_steps"],
+                "micro_batch_per_rank": r2["micro_batch_per_rank"],
+                "world1_samples_per_second": r1["samples_per_second"],
+                "world2_samples_per_second": r2["samples_per_second"],
+                "efficiency": r2["samples_per_second"] / (2 * r1["samples_per_second"]),
+            }
+        )
     return rows
 
 
@@ -33,16 +38,21 @@ def load_trainer(results: Path) -> dict | None:
     joined = _load(results / "trainer.json")
     if joined:
         return joined
-    overhead, w1, w2 = (_load(results / n) for n in ("trainer_overhead.json", "trainer_scaling_w1.json",
-                                                       "trainer_scaling_w2.json"))
+    overhead, w1, w2 = (
+        _load(results / n) for n in ("trainer_overhead.json", "trainer_scaling_w1.json", "trainer_scaling_w2.json")
+    )
     if not (overhead or (w1 and w2)):
         return None
-    return {"benchmark": "trainer", "machine": describe_machine(),
-            "overhead_aim": 0.03, "overhead": (overhead or {}).get("results", []),
-            "overhead_settings": {k: v for k, v in (overhead or {}).items() if k != "results"},
-            "scaling_workload": w2["results"][0]["workload"] if w2 else None,
-            "scaling_parameters": w2["results"][0]["parameters"] if w2 else None,
-            "scaling": join_scaling(w1, w2) if w1 and w2 else []}
+    return {
+        "benchmark": "trainer",
+        "machine": describe_machine(),
+        "overhead_aim": 0.03,
+        "overhead": (overhead or {}).get("results", []),
+        "overhead_settings": {k: v for k, v in (overhead or {}).items() if k != "results"},
+        "scaling_workload": w2["results"][0]["workload"] if w2 else None,
+        "scaling_parameters": w2["results"][0]["parameters"] if w2 else None,
+        "scaling": join_scaling(w1, w2) if w1 and w2 else [],
+    }
 
 
 def main() -> int:

@@ -57,17 +57,34 @@ def start_operator() -> None:
     if pid:
         say(f"operator already running (pid {pid}, log {OPERATOR_LOG})")
         return
-    env = {**os.environ, "PYTHONUNBUFFERED": "1",
-           # Progress is read from worker 0's metrics every 2 s so the live lines move.
-           "DDPJOB_PROGRESS_INTERVAL_SECONDS": os.environ.get("DDPJOB_PROGRESS_INTERVAL_SECONDS", "2")}
+    env = {
+        **os.environ,
+        "PYTHONUNBUFFERED": "1",
+        # Progress is read from worker 0's metrics every 2 s so the live lines move.
+        "DDPJOB_PROGRESS_INTERVAL_SECONDS": os.environ.get("DDPJOB_PROGRESS_INTERVAL_SECONDS", "2"),
+    }
     OPERATOR_LOG.parent.mkdir(parents=True, exist_ok=True)
     with open(OPERATOR_LOG, "ab") as log:
         # Its own session: it outlives this script; hack/cluster.sh down stops it through the pid file.
         # Scoped to the demo's namespace: other operators (tests) may be running against the same cluster.
-        proc = subprocess.Popen([sys.executable, "-m", "ddpjob_operator", "--namespace", NAMESPACE,
-                                 "--metrics-port", os.environ.get("DEMO_OPERATOR_METRICS_PORT", "18080"),
-                                 "--liveness-port", os.environ.get("DEMO_OPERATOR_LIVENESS_PORT", "18081")],
-                                stdout=log, stderr=log, stdin=subprocess.DEVNULL, env=env, start_new_session=True)
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "ddpjob_operator",
+                "--namespace",
+                NAMESPACE,
+                "--metrics-port",
+                os.environ.get("DEMO_OPERATOR_METRICS_PORT", "18080"),
+                "--liveness-port",
+                os.environ.get("DEMO_OPERATOR_LIVENESS_PORT", "18081"),
+            ],
+            stdout=log,
+            stderr=log,
+            stdin=subprocess.DEVNULL,
+            env=env,
+            start_new_session=True,
+        )
     OPERATOR_PID.write_text(f"{proc.pid}\n")
     say(f"operator started (pid {proc.pid}, log {OPERATOR_LOG})")
 
@@ -103,8 +120,11 @@ def log_progress() -> dict:
     for line in reversed(text.splitlines()):
         fields = dict(part.split("=", 1) for part in line.split() if "=" in part)
         if "step" in fields and "/" in fields["step"] and "loss" in fields:
-            return {"step": int(fields["step"].split("/")[0]), "loss": float(fields["loss"]),
-                    "samplesPerSecond": float(fields.get("samples/s", "nan"))}
+            return {
+                "step": int(fields["step"].split("/")[0]),
+                "loss": float(fields["loss"]),
+                "samplesPerSecond": float(fields.get("samples/s", "nan")),
+            }
     return {}
 
 
@@ -114,10 +134,12 @@ def live_line(status: dict, progress: dict, elapsed: float, total_steps: int) ->
     filled = int(width * min(step, total_steps) / max(total_steps, 1))
     loss = progress.get("loss")
     rate = progress.get("samplesPerSecond")
-    return (f"[{elapsed:6.1f}s] {status.get('phase', 'Pending'):<10} [{'#' * filled}{'.' * (width - filled)}] "
-            f"step {step:>4}/{total_steps}  loss {'-' if loss is None else f'{loss:.4f}'}  "
-            f"samples/s {'-' if rate is None else f'{rate:.0f}'}  restarts {status.get('restarts', 0)} "
-            f"attempt {status.get('attempt', 0)}")
+    return (
+        f"[{elapsed:6.1f}s] {status.get('phase', 'Pending'):<10} [{'#' * filled}{'.' * (width - filled)}] "
+        f"step {step:>4}/{total_steps}  loss {'-' if loss is None else f'{loss:.4f}'}  "
+        f"samples/s {'-' if rate is None else f'{rate:.0f}'}  restarts {status.get('restarts', 0)} "
+        f"attempt {status.get('attempt', 0)}"
+    )
 
 
 def main() -> int:
@@ -137,8 +159,9 @@ def main() -> int:
         clock.observe(status, pods(), time.time())
         # Worker 0's log while it runs (it restarts from its checkpoint: the step may go back a little), else
         # the last progress seen, so the bar does not jump back to the operator's older scrape at the end.
-        progress = (log_progress() if status.get("phase") == "Running" else {}) or progress or \
-            (status.get("progress") or {})
+        progress = (
+            (log_progress() if status.get("phase") == "Running" else {}) or progress or (status.get("progress") or {})
+        )
         line = live_line(status, progress, time.time() - t0, total_steps)
         if line.split("] ", 1)[1] != last.split("] ", 1)[-1]:
             print(line, flush=True)

@@ -45,14 +45,14 @@ def parse_trainer_log(text: str) -> TrainerLog:
         if not match:
             continue
         stamp, body = parse_time(match.group(1)), match.group(4)
-        if (ready := _READY.search(body)):
+        if ready := _READY.search(body):
             out.ready_at, out.first_step_at = stamp, None
             out.process_s, out.rendezvous_s, out.checkpoint_load_s = (float(g) for g in ready.groups())
-        elif (resumed := _RESUMED.search(body)):
+        elif resumed := _RESUMED.search(body):
             out.resumed_step = int(resumed.group(1))
-        elif (done := _DONE.search(body)):
+        elif done := _DONE.search(body):
             out.metric_name, out.accuracy = done.group(2), float(done.group(3))
-        elif (step := _STEP.search(body)):
+        elif step := _STEP.search(body):
             out.steps.append(int(step.group(1)))
             if out.ready_at is not None and out.first_step_at is None:
                 out.first_step_at = stamp
@@ -77,9 +77,13 @@ class RecoveryClock:
             self.detected_at = now
         attempt = str(status.get("attempt", ""))
         current = [p for p in pods if p["metadata"]["labels"].get("ddpjob.dev/restart-attempt") == attempt]
-        if (self.detected_at is not None and self.pods_running_at is None and current
-                and len(current) >= int(status.get("replicas") or len(current))
-                and all(p.get("status", {}).get("phase") == "Running" for p in current)):
+        if (
+            self.detected_at is not None
+            and self.pods_running_at is None
+            and current
+            and len(current) >= int(status.get("replicas") or len(current))
+            and all(p.get("status", {}).get("phase") == "Running" for p in current)
+        ):
             self.pods_running_at = now
 
     def breakdown(self, trainer: TrainerLog) -> list[tuple[str, float]]:

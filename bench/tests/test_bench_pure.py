@@ -35,13 +35,16 @@ def test_counts_come_from_each_party_flow_schema_only():
     assert (counts["operator"] - RequestCounts(1000, 1000)).total == 14000
 
 
-@pytest.mark.parametrize("values, q, want", [
-    ([], 50, None),
-    ([3.0], 95, 3.0),
-    ([1.0, 2.0, 3.0, 4.0], 50, 2.0),
-    (list(map(float, range(1, 101))), 95, 95.0),
-    (list(map(float, range(1, 101))), 100, 100.0),
-])
+@pytest.mark.parametrize(
+    "values, q, want",
+    [
+        ([], 50, None),
+        ([3.0], 95, 3.0),
+        ([1.0, 2.0, 3.0, 4.0], 50, 2.0),
+        (list(map(float, range(1, 101))), 95, 95.0),
+        (list(map(float, range(1, 101))), 100, 100.0),
+    ],
+)
 def test_percentile_is_nearest_rank(values, q, want):
     assert percentile(values, q) == want
 
@@ -51,17 +54,25 @@ def test_summarize_sorts_first():
 
 
 def _party(p50, p95, mx, total, writes, reads, pods=2, cpu=1.0, rss=50.0):
-    return {"pods_per_job": pods, "timed_out": False, "total_seconds": total,
-            "apply_to_all_running_seconds": {"p50": p50, "p95": p95, "max": mx},
-            "requests_per_job": {"writes": writes, "reads": reads, "total": writes + reads},
-            "cpu_seconds": cpu, "peak_rss_mib": rss}
+    return {
+        "pods_per_job": pods,
+        "timed_out": False,
+        "total_seconds": total,
+        "apply_to_all_running_seconds": {"p50": p50, "p95": p95, "max": mx},
+        "requests_per_job": {"writes": writes, "reads": reads, "total": writes + reads},
+        "cpu_seconds": cpu,
+        "peak_rss_mib": rss,
+    }
 
 
-@pytest.mark.parametrize("name, op, want_time_met, want_writes_met", [
-    ("within both aims", _party(1.1, 2.2, 3.3, 11.9, 5.0, 8.0), True, True),
-    ("too slow", _party(1.5, 3.0, 4.0, 12.1, 5.0, 8.0), False, True),
-    ("one write too many", _party(1.0, 2.0, 3.0, 10.0, 6.0, 8.0), True, False),
-])
+@pytest.mark.parametrize(
+    "name, op, want_time_met, want_writes_met",
+    [
+        ("within both aims", _party(1.1, 2.2, 3.3, 11.9, 5.0, 8.0), True, True),
+        ("too slow", _party(1.5, 3.0, 4.0, 12.1, 5.0, 8.0), False, True),
+        ("one write too many", _party(1.0, 2.0, 3.0, 10.0, 6.0, 8.0), True, False),
+    ],
+)
 def test_verdicts_against_the_aims(name, op, want_time_met, want_writes_met):
     base = _party(1.0, 2.0, 3.0, 10.0, 3.0, 0.0)
     workload = {"operator": op, "baseline": base, "ratio": ratios(op, base)}
@@ -85,21 +96,46 @@ def test_summary_rows_say_by_how_much_an_aim_is_missed():
 
 
 def test_trainer_rows_report_overhead_verdict():
-    rows = trainer_rows({"overhead": [
-        {"workload": "gpt", "preset": "tiny", "batch_per_rank": 8, "samples_per_second": 95.0,
-         "baseline_samples_per_second": 100.0, "harness_overhead": 0.05},
-        {"workload": "cnn", "preset": "tiny", "batch_per_rank": 32, "samples_per_second": 99.0,
-         "baseline_samples_per_second": 100.0, "harness_overhead": 0.01}]})
+    rows = trainer_rows(
+        {
+            "overhead": [
+                {
+                    "workload": "gpt",
+                    "preset": "tiny",
+                    "batch_per_rank": 8,
+                    "samples_per_second": 95.0,
+                    "baseline_samples_per_second": 100.0,
+                    "harness_overhead": 0.05,
+                },
+                {
+                    "workload": "cnn",
+                    "preset": "tiny",
+                    "batch_per_rank": 32,
+                    "samples_per_second": 99.0,
+                    "baseline_samples_per_second": 100.0,
+                    "harness_overhead": 0.01,
+                },
+            ]
+        }
+    )
     assert "missed by 2.0 points" in rows[0]
     assert rows[1].endswith("| met |")
 
 
 def test_scaling_join_matches_accumulation_settings():
-    w1 = {"results": [{"grad_accum_steps": 1, "samples_per_second": 100.0},
-                      {"grad_accum_steps": 4, "samples_per_second": 100.0}]}
-    w2 = {"results": [{"grad_accum_steps": 1, "samples_per_second": 120.0, "micro_batch_per_rank": 8},
-                      {"grad_accum_steps": 2, "samples_per_second": 150.0, "micro_batch_per_rank": 8},
-                      {"grad_accum_steps": 4, "samples_per_second": 180.0, "micro_batch_per_rank": 8}]}
+    w1 = {
+        "results": [
+            {"grad_accum_steps": 1, "samples_per_second": 100.0},
+            {"grad_accum_steps": 4, "samples_per_second": 100.0},
+        ]
+    }
+    w2 = {
+        "results": [
+            {"grad_accum_steps": 1, "samples_per_second": 120.0, "micro_batch_per_rank": 8},
+            {"grad_accum_steps": 2, "samples_per_second": 150.0, "micro_batch_per_rank": 8},
+            {"grad_accum_steps": 4, "samples_per_second": 180.0, "micro_batch_per_rank": 8},
+        ]
+    }
     rows = join_scaling(w1, w2)
     assert [r["grad_accum_steps"] for r in rows] == [1, 4]
     assert [r["efficiency"] for r in rows] == [0.6, 0.9]
@@ -114,5 +150,9 @@ def test_demo_breakdown_is_parsed_and_other_lines_ignored():
   rendezvous         3.00 s
   recovery total    12.75 s
 """
-    assert parse_breakdown(text) == {"detection": 1.25, "pod recreation": 2.5, "rendezvous": 3.0,
-                                     "recovery total": 12.75}
+    assert parse_breakdown(text) == {
+        "detection": 1.25,
+        "pod recreation": 2.5,
+        "rendezvous": 3.0,
+        "recovery total": 12.75,
+    }

@@ -61,8 +61,20 @@ def cmd_start(args) -> int:
         folder.mkdir(parents=True, exist_ok=True)
     ready = layout.state_dir / "ready"
     ready.unlink(missing_ok=True)
-    argv = [sys.executable, "-m", "ddpjob_localnode", "--node-name", args.node_name, "--kubelet-port",
-            str(args.kubelet_port), "--hosts-file", args.hosts_file, "--server", args.server, "run"]
+    argv = [
+        sys.executable,
+        "-m",
+        "ddpjob_localnode",
+        "--node-name",
+        args.node_name,
+        "--kubelet-port",
+        str(args.kubelet_port),
+        "--hosts-file",
+        args.hosts_file,
+        "--server",
+        args.server,
+        "run",
+    ]
     with open(layout.log_file, "ab") as out:
         # A new session: the agent outlives the shell or test that started it; the pid file is how it is stopped.
         proc = subprocess.Popen(argv, stdout=out, stderr=out, stdin=subprocess.DEVNULL, start_new_session=True)
@@ -104,8 +116,9 @@ def cmd_status(args) -> int:
 def parse(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m ddpjob_localnode", description=__doc__)
     parser.add_argument("--node-name", default=os.environ.get("LOCAL_NODE_NAME", default_node_name()))
-    parser.add_argument("--kubelet-port", type=int,
-                        default=int(os.environ.get("LOCAL_NODE_KUBELET_PORT", DEFAULT_KUBELET_PORT)))
+    parser.add_argument(
+        "--kubelet-port", type=int, default=int(os.environ.get("LOCAL_NODE_KUBELET_PORT", DEFAULT_KUBELET_PORT))
+    )
     parser.add_argument("--hosts-file", default=os.environ.get("LOCAL_NODE_HOSTS_FILE", "/etc/hosts"))
     parser.add_argument("--server", default=f"https://127.0.0.1:{os.environ.get('APISERVER_PORT', '26443')}")
     parser.add_argument("--wait", type=float, default=60, help="seconds `start` waits for the node to be ready")

@@ -30,8 +30,15 @@ from .node_heartbeat import NodeHeartbeat
 from .node_identity import ensure_credentials
 from .node_object import NodeResources
 from .pod_events import PodEvents
-from .pod_status import ContainerResult, exit_reason, lost_results, running_status, terminated_status, \
-    termination_message, was_started
+from .pod_status import (
+    ContainerResult,
+    exit_reason,
+    lost_results,
+    running_status,
+    terminated_status,
+    termination_message,
+    was_started,
+)
 
 log = logging.getLogger("ddpjob_localnode.agent")
 
@@ -43,10 +50,15 @@ def pod_context(pod: dict) -> str:
     """`job=J attempt=A replica=R pod=NS/NAME`, from the DDPJob labels when the pod has them."""
     meta = pod.get("metadata", {})
     labels = meta.get("labels") or {}
-    parts = [f"{key}={labels[label]}" for key, label in (("job", "ddpjob.dev/job-name"),
-                                                          ("attempt", "ddpjob.dev/restart-attempt"),
-                                                          ("replica", "ddpjob.dev/replica-index"))
-             if label in labels]
+    parts = [
+        f"{key}={labels[label]}"
+        for key, label in (
+            ("job", "ddpjob.dev/job-name"),
+            ("attempt", "ddpjob.dev/restart-attempt"),
+            ("replica", "ddpjob.dev/replica-index"),
+        )
+        if label in labels
+    ]
     return " ".join(parts + [f"pod={meta.get('namespace')}/{meta.get('name')}"])
 
 
@@ -84,27 +96,41 @@ class Agent:
 
     # --- set-up ---------------------------------------------------------------------------------------------
     def connect(self) -> None:
-        creds = ensure_credentials(self.layout.node_name, self.layout.pki_dir, self.layout.state_dir / "pki",
-                                   self.server, self.layout.node_kubeconfig)
+        creds = ensure_credentials(
+            self.layout.node_name,
+            self.layout.pki_dir,
+            self.layout.state_dir / "pki",
+            self.server,
+            self.layout.node_kubeconfig,
+        )
         self.creds = creds
         self.api = config.new_client_from_config(config_file=str(creds.kubeconfig))
         self.core = client.CoreV1Api(self.api)
         self.events = PodEvents(self.core, self.layout.node_name)
         resources = NodeResources(machine.cpu_count(), machine.memory_bytes(), machine.gpu_count())
         # The heartbeat gets its own connection so that a slow pod call never delays a lease renewal.
-        self.heartbeat = NodeHeartbeat(config.new_client_from_config(config_file=str(creds.kubeconfig)),
-                                       self.layout.node_name, resources, self.kubelet_port)
+        self.heartbeat = NodeHeartbeat(
+            config.new_client_from_config(config_file=str(creds.kubeconfig)),
+            self.layout.node_name,
+            resources,
+            self.kubelet_port,
+        )
 
     def run(self) -> None:
         self.connect()
         write_block(self.hosts_file, self.layout.node_name, {})
         self.heartbeat.register()
         self.heartbeat.start()
-        self.kubelet_server = serve(self.kubelet_port, self.creds.serving_cert, self.creds.serving_key,
-                                    self.creds.ca_cert, self._log_lookup)
+        self.kubelet_server = serve(
+            self.kubelet_port, self.creds.serving_cert, self.creds.serving_key, self.creds.ca_cert, self._log_lookup
+        )
         threading.Thread(target=self._watch_pods, name="pod-watch", daemon=True).start()
-        log.info("local node %s ready: kubelet API on 127.0.0.1:%d, pods run from %s", self.layout.node_name,
-                 self.kubelet_port, self.layout.venv_bin)
+        log.info(
+            "local node %s ready: kubelet API on 127.0.0.1:%d, pods run from %s",
+            self.layout.node_name,
+            self.kubelet_port,
+            self.layout.venv_bin,
+        )
         (self.layout.state_dir / "ready").write_text(str(self.layout.node_name))
         try:
             self._loop()
@@ -156,10 +182,18 @@ class Agent:
         for local in self.pods.values():
             for proc in local.containers.values():
                 if proc.enforce_memory_limit():
-                    log.warning("%s: container %s over its memory limit (%d bytes): killed", pod_context(local.pod),
-                                proc.plan.container, proc.memory_limit)
-                    self.events.emit(local.pod, "OOMKilled", f"Container {proc.plan.container} used more than its "
-                                     f"memory limit and was killed", warning=True)
+                    log.warning(
+                        "%s: container %s over its memory limit (%d bytes): killed",
+                        pod_context(local.pod),
+                        proc.plan.container,
+                        proc.memory_limit,
+                    )
+                    self.events.emit(
+                        local.pod,
+                        "OOMKilled",
+                        f"Container {proc.plan.container} used more than its memory limit and was killed",
+                        warning=True,
+                    )
 
     def on_sync(self, uids: set[str]) -> None:
         """After a relist: pods that vanished while the watch was down count as deleted."""
@@ -193,15 +227,31 @@ class Agent:
             return
         results = []
         for proc in local.containers.values():
-            policy = next((c.get("terminationMessagePolicy") for c in local.pod["spec"]["containers"]
-                           if c["name"] == proc.plan.container), None)
-            message = termination_message(_read(proc.plan.termination_log), read_log_text(proc.plan.log_file),
-                                          proc.exit_code, policy)
-            results.append(ContainerResult(proc.plan.container, proc.exit_code, proc.started_at,
-                                           proc.finished_at, reason=exit_reason(proc.exit_code, proc.oom_killed),
-                                           message=message, container_id=proc.container_id))
-            log.info("%s: container %s exited with code %d", pod_context(local.pod), proc.plan.container,
-                     proc.exit_code)
+            policy = next(
+                (
+                    c.get("terminationMessagePolicy")
+                    for c in local.pod["spec"]["containers"]
+                    if c["name"] == proc.plan.container
+                ),
+                None,
+            )
+            message = termination_message(
+                _read(proc.plan.termination_log), read_log_text(proc.plan.log_file), proc.exit_code, policy
+            )
+            results.append(
+                ContainerResult(
+                    proc.plan.container,
+                    proc.exit_code,
+                    proc.started_at,
+                    proc.finished_at,
+                    reason=exit_reason(proc.exit_code, proc.oom_killed),
+                    message=message,
+                    container_id=proc.container_id,
+                )
+            )
+            log.info(
+                "%s: container %s exited with code %d", pod_context(local.pod), proc.plan.container, proc.exit_code
+            )
         del self.pods[uid]
         self.ips.release(uid)
         self._write_hosts()
@@ -218,14 +268,19 @@ class Agent:
         uid, meta = pod["metadata"]["uid"], pod["metadata"]
         pod_ip = self.ips.allocate(uid)
         view = json.loads(json.dumps(pod))
-        view.setdefault("status", {}).update({"podIP": pod_ip, "podIPs": [{"ip": pod_ip}], "hostIP": HOST_IP,
-                                              "hostIPs": [{"ip": HOST_IP}]})
+        view.setdefault("status", {}).update(
+            {"podIP": pod_ip, "podIPs": [{"ip": pod_ip}], "hostIP": HOST_IP, "hostIPs": [{"ip": HOST_IP}]}
+        )
         pod_dir = self.layout.pod_dir(meta["namespace"], meta["name"], uid)
         try:
             if pod["spec"].get("initContainers"):
                 raise LaunchError("init containers are not supported in local mode")
-            plans = [build_launch_plan(view, c, pod_dir, self.layout.state_dir / "hostpath", self.layout.venv_bin,
-                                       self._lookup_key) for c in pod["spec"]["containers"]]
+            plans = [
+                build_launch_plan(
+                    view, c, pod_dir, self.layout.state_dir / "hostpath", self.layout.venv_bin, self._lookup_key
+                )
+                for c in pod["spec"]["containers"]
+            ]
             limits = {c["name"]: memory_limit(c) for c in pod["spec"]["containers"]}
         except (LaunchError, ValueError) as err:
             self._report_start_error(pod, str(err))
@@ -234,14 +289,24 @@ class Agent:
         self.pods[uid] = local
         self._write_hosts()
         images = ", ".join(sorted({c.get("image", "?") for c in pod["spec"]["containers"]}))
-        self.events.emit(pod, "LocalMode", f"Image {images} is not used in local mode: running the command as "
-                         f"a local process from {self.layout.venv_bin}, pod IP {pod_ip}")
+        self.events.emit(
+            pod,
+            "LocalMode",
+            f"Image {images} is not used in local mode: running the command as "
+            f"a local process from {self.layout.venv_bin}, pod IP {pod_ip}",
+        )
         for plan in plans:
             proc = ContainerProcess(plan, lambda p, uid=uid: self.queue.put(("exited", uid)), limits[plan.container])
             local.containers[plan.container] = proc
             self.logs[(meta["namespace"], meta["name"], plan.container)] = proc
-            log.info("%s: started container %s as pid %d (ip %s): %s", pod_context(pod), plan.container,
-                     proc.proc.pid, pod_ip, " ".join(plan.argv))
+            log.info(
+                "%s: started container %s as pid %d (ip %s): %s",
+                pod_context(pod),
+                plan.container,
+                proc.proc.pid,
+                pod_ip,
+                " ".join(plan.argv),
+            )
         ids = {name: proc.container_id for name, proc in local.containers.items()}
         self._patch_status(pod, running_status(pod, pod_ip, HOST_IP, datetime.now(timezone.utc), ids))
         self.events.emit(pod, "Started", f"Started {len(plans)} container(s) as local processes")
@@ -275,16 +340,19 @@ class Agent:
         now = datetime.now(timezone.utc)
         log.warning("%s: was running before the agent restarted; its processes are gone", pod_context(pod))
         self._patch_status(pod, terminated_status(pod, lost_results(pod, now), now))
-        self.events.emit(pod, "ContainerStatusUnknown", "The local node agent restarted and the pod's processes "
-                         "were gone", warning=True)
+        self.events.emit(
+            pod,
+            "ContainerStatusUnknown",
+            "The local node agent restarted and the pod's processes were gone",
+            warning=True,
+        )
         self.finished.add(pod["metadata"]["uid"])
 
     def _report_start_error(self, pod: dict, message: str) -> None:
         now = datetime.now(timezone.utc)
         log.warning("%s: cannot start: %s", pod_context(pod), message)
         self.ips.release(pod["metadata"]["uid"])
-        results = [ContainerResult(c["name"], 128, now, now, "StartError", message)
-                   for c in pod["spec"]["containers"]]
+        results = [ContainerResult(c["name"], 128, now, now, "StartError", message) for c in pod["spec"]["containers"]]
         self._patch_status(pod, terminated_status(pod, results, now))
         self.events.emit(pod, "Failed", message, warning=True)
         self.finished.add(pod["metadata"]["uid"])
@@ -292,8 +360,13 @@ class Agent:
     def _delete_now(self, pod: dict) -> None:
         meta = pod["metadata"]
         try:
-            self.core.delete_namespaced_pod(meta["name"], meta["namespace"], body=client.V1DeleteOptions(
-                grace_period_seconds=0, preconditions=client.V1Preconditions(uid=meta["uid"])))
+            self.core.delete_namespaced_pod(
+                meta["name"],
+                meta["namespace"],
+                body=client.V1DeleteOptions(
+                    grace_period_seconds=0, preconditions=client.V1Preconditions(uid=meta["uid"])
+                ),
+            )
         except ApiException as err:
             if err.status not in (404, 409):
                 raise
@@ -336,15 +409,20 @@ class Agent:
         core = client.CoreV1Api(config.new_client_from_config(config_file=str(self.creds.kubeconfig)))
         while not self.stopping.is_set():
             try:
-                listed = json.loads(core.list_pod_for_all_namespaces(field_selector=selector,
-                                                                     _preload_content=False).data)
+                listed = json.loads(
+                    core.list_pod_for_all_namespaces(field_selector=selector, _preload_content=False).data
+                )
                 for pod in listed["items"]:
                     self.queue.put(("pod", "ADDED", pod))
                 self.queue.put(("sync", {p["metadata"]["uid"] for p in listed["items"]}))
                 version = listed["metadata"]["resourceVersion"]
-                for event in watch.Watch().stream(core.list_pod_for_all_namespaces, field_selector=selector,
-                                                  resource_version=version, timeout_seconds=240,
-                                                  allow_watch_bookmarks=False):
+                for event in watch.Watch().stream(
+                    core.list_pod_for_all_namespaces,
+                    field_selector=selector,
+                    resource_version=version,
+                    timeout_seconds=240,
+                    allow_watch_bookmarks=False,
+                ):
                     if event["type"] == "ERROR":
                         break
                     self.queue.put(("pod", event["type"], event["raw_object"]))

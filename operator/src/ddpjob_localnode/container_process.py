@@ -25,8 +25,9 @@ class ContainerProcess:
     """Must be started from a thread that lives as long as the agent: PR_SET_PDEATHSIG fires when the
     *thread* that forked the child exits, not only the process."""
 
-    def __init__(self, plan: LaunchPlan, on_exit: Callable[["ContainerProcess"], None],
-                 memory_limit: int | None = None):
+    def __init__(
+        self, plan: LaunchPlan, on_exit: Callable[["ContainerProcess"], None], memory_limit: int | None = None
+    ):
         self.plan = plan
         self.memory_limit = memory_limit
         self.oom_killed = False
@@ -40,13 +41,30 @@ class ContainerProcess:
         plan.termination_log.touch()
         self._log = open(plan.log_file, "ab", buffering=0)
         self._log_lock = threading.Lock()
-        shim = [sys.executable, "-m", "ddpjob_localnode.pod_init", str(os.getpid()), str(plan.cwd),
-                plan.env.get("HOSTNAME", ""), "--", *plan.argv]
-        self.proc = subprocess.Popen(shim, env=plan.env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                     stderr=subprocess.PIPE, start_new_session=True, close_fds=True)
+        shim = [
+            sys.executable,
+            "-m",
+            "ddpjob_localnode.pod_init",
+            str(os.getpid()),
+            str(plan.cwd),
+            plan.env.get("HOSTNAME", ""),
+            "--",
+            *plan.argv,
+        ]
+        self.proc = subprocess.Popen(
+            shim,
+            env=plan.env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+            close_fds=True,
+        )
         self.container_id = f"local://{self.proc.pid}"
-        self._pumps = [threading.Thread(target=self._pump, args=(stream, name), daemon=True)
-                       for stream, name in ((self.proc.stdout, "stdout"), (self.proc.stderr, "stderr"))]
+        self._pumps = [
+            threading.Thread(target=self._pump, args=(stream, name), daemon=True)
+            for stream, name in ((self.proc.stdout, "stdout"), (self.proc.stderr, "stderr"))
+        ]
         for pump in self._pumps:
             pump.start()
         threading.Thread(target=self._wait, args=(on_exit,), daemon=True).start()

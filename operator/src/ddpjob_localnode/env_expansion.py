@@ -27,8 +27,8 @@ def expand(text: str, values: Mapping[str, str]) -> str:
             if end == -1:
                 out.append(text[i:])
                 break
-            name = text[i + 2:end]
-            out.append(values[name] if name in values else text[i:end + 1])
+            name = text[i + 2 : end]
+            out.append(values[name] if name in values else text[i : end + 1])
             i = end + 1
         else:
             out.append("$")
@@ -58,8 +58,12 @@ def field_ref(pod: dict, path: str) -> str:
     raise ValueError(f"unsupported downward API fieldPath {path!r} in local mode")
 
 
-def container_env(pod: dict, container: dict, base: Mapping[str, str],
-                  lookup_key: Callable[[str, str, str, str], str | None] | None = None) -> dict[str, str]:
+def container_env(
+    pod: dict,
+    container: dict,
+    base: Mapping[str, str],
+    lookup_key: Callable[[str, str, str, str], str | None] | None = None,
+) -> dict[str, str]:
     """The container's env on top of `base`, in declaration order so that each value may refer to earlier ones.
     `lookup_key(kind, namespace, name, key)` reads configMapKeyRef/secretKeyRef values."""
     env = dict(base)

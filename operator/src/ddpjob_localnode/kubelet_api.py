@@ -81,7 +81,7 @@ class _Handler(BaseHTTPRequestHandler):
     def _write(self, text: str, limit: int | None, sent: int) -> int:
         data = text.encode()
         if limit is not None:
-            data = data[:max(0, limit - sent)]
+            data = data[: max(0, limit - sent)]
         try:
             self.wfile.write(data)
             self.wfile.flush()
@@ -109,4 +109,3 @@ def serve(port: int, cert: Path, key: Path, ca: Path, lookup: LogLookup) -> Thre
     server.socket = context.wrap_socket(server.socket, server_side=True)
     threading.Thread(target=server.serve_forever, name="kubelet-api", daemon=True).start()
     return server
-

@@ -67,14 +67,21 @@ def rewrite_path(value: str, mapping: Mapping[str, str]) -> str:
     return pattern.sub(lambda m: mapping[m.group(1)], value)
 
 
-def build_launch_plan(pod: dict, container: dict, pod_dir: Path, hostpath_root: Path, venv_bin: Path,
-                      lookup_key: Callable[[str, str, str, str], str | None] | None = None) -> LaunchPlan:
+def build_launch_plan(
+    pod: dict,
+    container: dict,
+    pod_dir: Path,
+    hostpath_root: Path,
+    venv_bin: Path,
+    lookup_key: Callable[[str, str, str, str], str | None] | None = None,
+) -> LaunchPlan:
     name = container["name"]
     command = list(container.get("command") or [])
     if not command:
         raise LaunchError(
             f"container {name!r} has no command: local mode runs processes, not images, so the image's "
-            f"ENTRYPOINT ({container.get('image', '?')}) is unknown; set command explicitly")
+            f"ENTRYPOINT ({container.get('image', '?')}) is unknown; set command explicitly"
+        )
     work = pod_dir / "containers" / name
     termination_log = work / "termination-log"
     volumes = volume_folders(pod, pod_dir, hostpath_root)
@@ -95,6 +102,12 @@ def build_launch_plan(pod: dict, container: dict, pod_dir: Path, hostpath_root: 
     argv = [rewrite_path(expand(part, env), mapping) for part in command + list(container.get("args") or [])]
     mount_folders = [Path(local) for inside, local in mapping.items() if local != str(termination_log)]
     cwd = Path(rewrite_path(container["workingDir"], mapping)) if container.get("workingDir") else work
-    return LaunchPlan(container=name, argv=argv, env=env, cwd=cwd, termination_log=termination_log,
-                      log_file=pod_dir / "logs" / f"{name}.log",
-                      folders=sorted({*volumes.values(), *mount_folders, work, cwd, termination_log.parent}))
+    return LaunchPlan(
+        container=name,
+        argv=argv,
+        env=env,
+        cwd=cwd,
+        termination_log=termination_log,
+        log_file=pod_dir / "logs" / f"{name}.log",
+        folders=sorted({*volumes.values(), *mount_folders, work, cwd, termination_log.parent}),
+    )

@@ -9,8 +9,18 @@ import re
 from pathlib import Path
 
 _QUANTITY = re.compile(r"^([0-9.]+)([a-zA-Z]*)$")
-_FACTORS = {"": 1, "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "Ki": 2**10, "Mi": 2**20, "Gi": 2**30,
-            "Ti": 2**40, "m": 10**-3}
+_FACTORS = {
+    "": 1,
+    "k": 10**3,
+    "M": 10**6,
+    "G": 10**9,
+    "T": 10**12,
+    "Ki": 2**10,
+    "Mi": 2**20,
+    "Gi": 2**30,
+    "Ti": 2**40,
+    "m": 10**-3,
+}
 _PAGE = os.sysconf("SC_PAGE_SIZE")
 
 

@@ -13,8 +13,15 @@ from datetime import datetime, timezone
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from .node_object import LEASE_NAMESPACE, NodeResources, build_lease, build_node, build_node_status, \
-    format_micro_time, format_time
+from .node_object import (
+    LEASE_NAMESPACE,
+    NodeResources,
+    build_lease,
+    build_node,
+    build_node_status,
+    format_micro_time,
+    format_time,
+)
 
 log = logging.getLogger("ddpjob_localnode.node")
 
@@ -51,17 +58,16 @@ class NodeHeartbeat:
             # A node keeps its labels and taints across agent restarts; NodeRestriction forbids changing taints.
             self.node_uid = self.core.read_node(self.name).metadata.uid
             log.info("node %s already registered: reusing it", self.name)
-        status = build_node_status(self.name, self.resources, self.kubelet_port, datetime.now(timezone.utc),
-                                   _boot_id())
+        status = build_node_status(self.name, self.resources, self.kubelet_port, datetime.now(timezone.utc), _boot_id())
         self.core.patch_node_status(self.name, status)
         self.renew_lease()
 
     def renew_lease(self) -> None:
         now = datetime.now(timezone.utc)
         try:
-            self.leases.patch_namespaced_lease(self.name, LEASE_NAMESPACE,
-                                               {"spec": {"holderIdentity": self.name,
-                                                         "renewTime": format_micro_time(now)}})
+            self.leases.patch_namespaced_lease(
+                self.name, LEASE_NAMESPACE, {"spec": {"holderIdentity": self.name, "renewTime": format_micro_time(now)}}
+            )
         except ApiException as err:
             if err.status != 404:
                 raise
@@ -69,9 +75,22 @@ class NodeHeartbeat:
 
     def post_ready(self) -> None:
         stamp = format_time(datetime.now(timezone.utc))
-        self.core.patch_node_status(self.name, {"status": {"conditions": [
-            {"type": "Ready", "status": "True", "reason": "KubeletReady",
-             "message": "local node agent is posting ready status", "lastHeartbeatTime": stamp}]}})
+        self.core.patch_node_status(
+            self.name,
+            {
+                "status": {
+                    "conditions": [
+                        {
+                            "type": "Ready",
+                            "status": "True",
+                            "reason": "KubeletReady",
+                            "message": "local node agent is posting ready status",
+                            "lastHeartbeatTime": stamp,
+                        }
+                    ]
+                }
+            },
+        )
 
     def start(self) -> None:
         threading.Thread(target=self._loop, name="node-heartbeat", daemon=True).start()

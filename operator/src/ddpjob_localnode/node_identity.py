@@ -19,8 +19,7 @@ class NodeCredentials:
     kubeconfig: Path
 
 
-def ensure_credentials(node_name: str, pki_dir: Path, out_dir: Path, server: str,
-                       kubeconfig: Path) -> NodeCredentials:
+def ensure_credentials(node_name: str, pki_dir: Path, out_dir: Path, server: str, kubeconfig: Path) -> NodeCredentials:
     ca_cert, ca_key = pki_dir / "ca.crt", pki_dir / "ca.key"
     if not ca_cert.exists() or not ca_key.exists():
         raise FileNotFoundError(f"cluster CA not found in {pki_dir}: start the cluster first (hack/cluster.sh up)")
@@ -30,8 +29,14 @@ def ensure_credentials(node_name: str, pki_dir: Path, out_dir: Path, server: str
     _sign(ca_cert, ca_key, client, f"/O=system:nodes/CN=system:node:{node_name}", "clientAuth", san=None)
     _sign(ca_cert, ca_key, serving, f"/CN={node_name}", "serverAuth", san=f"IP:127.0.0.1,DNS:{node_name},DNS:localhost")
     kubeconfig.write_text(_kubeconfig(server, ca_cert, client, node_name))
-    return NodeCredentials(ca_cert, client.with_suffix(".crt"), client.with_suffix(".key"),
-                           serving.with_suffix(".crt"), serving.with_suffix(".key"), kubeconfig)
+    return NodeCredentials(
+        ca_cert,
+        client.with_suffix(".crt"),
+        client.with_suffix(".key"),
+        serving.with_suffix(".crt"),
+        serving.with_suffix(".key"),
+        kubeconfig,
+    )
 
 
 def _sign(ca_cert: Path, ca_key: Path, base: Path, subject: str, usage: str, san: str | None) -> None:
@@ -41,20 +46,38 @@ def _sign(ca_cert: Path, ca_key: Path, base: Path, subject: str, usage: str, san
         return
     _openssl("genrsa", "-out", str(key), "2048")
     _openssl("req", "-new", "-key", str(key), "-subj", subject, "-out", str(csr))
-    lines = ["basicConstraints=CA:FALSE", "keyUsage=critical,digitalSignature,keyEncipherment",
-             f"extendedKeyUsage={usage}"]
+    lines = [
+        "basicConstraints=CA:FALSE",
+        "keyUsage=critical,digitalSignature,keyEncipherment",
+        f"extendedKeyUsage={usage}",
+    ]
     if san:
         lines.append(f"subjectAltName={san}")
     ext.write_text("\n".join(lines) + "\n")
-    _openssl("x509", "-req", "-in", str(csr), "-CA", str(ca_cert), "-CAkey", str(ca_key), "-CAcreateserial",
-             "-days", "3650", "-sha256", "-extfile", str(ext), "-out", str(crt))
+    _openssl(
+        "x509",
+        "-req",
+        "-in",
+        str(csr),
+        "-CA",
+        str(ca_cert),
+        "-CAkey",
+        str(ca_key),
+        "-CAcreateserial",
+        "-days",
+        "3650",
+        "-sha256",
+        "-extfile",
+        str(ext),
+        "-out",
+        str(crt),
+    )
     csr.unlink(missing_ok=True)
     ext.unlink(missing_ok=True)
 
 
 def _verifies(ca_cert: Path, crt: Path) -> bool:
-    return subprocess.run(["openssl", "verify", "-CAfile", str(ca_cert), str(crt)],
-                          capture_output=True).returncode == 0
+    return subprocess.run(["openssl", "verify", "-CAfile", str(ca_cert), str(crt)], capture_output=True).returncode == 0
 
 
 def _openssl(*args: str) -> None:
@@ -71,7 +94,7 @@ clusters:
   cluster: {{server: "{server}", certificate-authority: "{ca_cert}"}}
 users:
 - name: system:node:{node_name}
-  user: {{client-certificate: "{client.with_suffix('.crt')}", client-key: "{client.with_suffix('.key')}"}}
+  user: {{client-certificate: "{client.with_suffix(".crt")}", client-key: "{client.with_suffix(".key")}"}}
 contexts:
 - name: node
   context: {{cluster: ddpjob-local, user: "system:node:{node_name}"}}

@@ -40,8 +40,7 @@ def build_node(name: str) -> dict:
     }
 
 
-def build_node_status(name: str, resources: NodeResources, kubelet_port: int, now: datetime,
-                      boot_id: str) -> dict:
+def build_node_status(name: str, resources: NodeResources, kubelet_port: int, now: datetime, boot_id: str) -> dict:
     capacity = {
         "cpu": str(resources.cpus),
         "memory": f"{resources.memory_bytes // 1024}Ki",
@@ -63,10 +62,16 @@ def build_node_status(name: str, resources: NodeResources, kubelet_port: int, no
                 _condition("PIDPressure", "False", "KubeletHasSufficientPID", "no PID pressure", stamp),
             ],
             "nodeInfo": {
-                "machineID": boot_id, "systemUUID": boot_id, "bootID": boot_id,
-                "kernelVersion": platform.release(), "osImage": f"{platform.system()} (local processes)",
-                "containerRuntimeVersion": RUNTIME_VERSION, "kubeletVersion": "v1.36.3-ddpjob-localnode",
-                "kubeProxyVersion": "", "operatingSystem": "linux", "architecture": _arch(),
+                "machineID": boot_id,
+                "systemUUID": boot_id,
+                "bootID": boot_id,
+                "kernelVersion": platform.release(),
+                "osImage": f"{platform.system()} (local processes)",
+                "containerRuntimeVersion": RUNTIME_VERSION,
+                "kubeletVersion": "v1.36.3-ddpjob-localnode",
+                "kubeProxyVersion": "",
+                "operatingSystem": "linux",
+                "architecture": _arch(),
             },
         }
     }
@@ -81,8 +86,11 @@ def build_lease(name: str, node_uid: str, now: datetime) -> dict:
             "namespace": LEASE_NAMESPACE,
             "ownerReferences": [{"apiVersion": "v1", "kind": "Node", "name": name, "uid": node_uid}],
         },
-        "spec": {"holderIdentity": name, "leaseDurationSeconds": LEASE_DURATION_SECONDS,
-                 "renewTime": format_micro_time(now)},
+        "spec": {
+            "holderIdentity": name,
+            "leaseDurationSeconds": LEASE_DURATION_SECONDS,
+            "renewTime": format_micro_time(now),
+        },
     }
 
 
@@ -95,8 +103,14 @@ def format_micro_time(now: datetime) -> str:
 
 
 def _condition(kind: str, status: str, reason: str, message: str, stamp: str) -> dict:
-    return {"type": kind, "status": status, "reason": reason, "message": message,
-            "lastHeartbeatTime": stamp, "lastTransitionTime": stamp}
+    return {
+        "type": kind,
+        "status": status,
+        "reason": reason,
+        "message": message,
+        "lastHeartbeatTime": stamp,
+        "lastTransitionTime": stamp,
+    }
 
 
 def _arch() -> str:

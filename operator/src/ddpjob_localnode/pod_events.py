@@ -16,14 +16,25 @@ log = logging.getLogger("ddpjob_localnode.events")
 def build_event(pod: dict, node: str, reason: str, message: str, warning: bool, now: datetime) -> dict:
     meta = pod["metadata"]
     return {
-        "apiVersion": "v1", "kind": "Event",
+        "apiVersion": "v1",
+        "kind": "Event",
         "metadata": {"name": f"{meta['name']}.{uuid.uuid4().hex[:16]}", "namespace": meta["namespace"]},
-        "involvedObject": {"apiVersion": "v1", "kind": "Pod", "name": meta["name"], "namespace": meta["namespace"],
-                           "uid": meta["uid"]},
-        "reason": reason, "message": message, "type": "Warning" if warning else "Normal",
+        "involvedObject": {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "name": meta["name"],
+            "namespace": meta["namespace"],
+            "uid": meta["uid"],
+        },
+        "reason": reason,
+        "message": message,
+        "type": "Warning" if warning else "Normal",
         "source": {"component": "kubelet", "host": node},
-        "reportingComponent": "kubelet", "reportingInstance": node,
-        "firstTimestamp": format_time(now), "lastTimestamp": format_time(now), "count": 1,
+        "reportingComponent": "kubelet",
+        "reportingInstance": node,
+        "firstTimestamp": format_time(now),
+        "lastTimestamp": format_time(now),
+        "count": 1,
     }
 
 

@@ -41,6 +41,7 @@ def forward_signals(target: int) -> None:
             os.kill(target, signum)
         except ProcessLookupError:
             pass
+
     for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(signum, forward)
 

@@ -11,8 +11,10 @@ from .node_object import format_time
 MESSAGE_LIMIT_BYTES = 4096
 FALLBACK_LOG_LINES = 80
 FALLBACK_LOG_BYTES = 2048
-LOST_MESSAGE = ("The container could not be located when the pod was terminated: the local node agent "
-                "restarted and its processes were gone")
+LOST_MESSAGE = (
+    "The container could not be located when the pod was terminated: the local node agent "
+    "restarted and its processes were gone"
+)
 
 
 @dataclass(frozen=True)
@@ -46,19 +48,36 @@ def pod_phase(results: list[ContainerResult]) -> str:
     return "Succeeded" if all(r.exit_code == 0 for r in results) else "Failed"
 
 
-def running_status(pod: dict, pod_ip: str, host_ip: str, started_at: datetime,
-                   container_ids: dict[str, str]) -> dict:
+def running_status(pod: dict, pod_ip: str, host_ip: str, started_at: datetime, container_ids: dict[str, str]) -> dict:
     stamp = format_time(started_at)
-    statuses = [{
-        "name": c["name"], "image": c.get("image", ""), "imageID": "", "containerID": container_ids.get(c["name"], ""),
-        "ready": True, "started": True, "restartCount": 0, "state": {"running": {"startedAt": stamp}},
-    } for c in pod["spec"]["containers"]]
-    return {"status": {
-        "phase": "Running", "podIP": pod_ip, "podIPs": [{"ip": pod_ip}], "hostIP": host_ip,
-        "hostIPs": [{"ip": host_ip}], "startTime": stamp, "containerStatuses": statuses,
-        "conditions": [_condition(kind, "True", stamp) for kind in
-                       ("PodReadyToStartContainers", "Initialized", "ContainersReady", "Ready")],
-    }}
+    statuses = [
+        {
+            "name": c["name"],
+            "image": c.get("image", ""),
+            "imageID": "",
+            "containerID": container_ids.get(c["name"], ""),
+            "ready": True,
+            "started": True,
+            "restartCount": 0,
+            "state": {"running": {"startedAt": stamp}},
+        }
+        for c in pod["spec"]["containers"]
+    ]
+    return {
+        "status": {
+            "phase": "Running",
+            "podIP": pod_ip,
+            "podIPs": [{"ip": pod_ip}],
+            "hostIP": host_ip,
+            "hostIPs": [{"ip": host_ip}],
+            "startTime": stamp,
+            "containerStatuses": statuses,
+            "conditions": [
+                _condition(kind, "True", stamp)
+                for kind in ("PodReadyToStartContainers", "Initialized", "ContainersReady", "Ready")
+            ],
+        }
+    }
 
 
 def terminated_status(pod: dict, results: list[ContainerResult], now: datetime) -> dict:
@@ -67,20 +86,38 @@ def terminated_status(pod: dict, results: list[ContainerResult], now: datetime) 
     statuses = []
     for c in pod["spec"]["containers"]:
         r = by_name[c["name"]]
-        terminated = {"exitCode": r.exit_code, "reason": r.reason or exit_reason(r.exit_code),
-                      "startedAt": format_time(r.started_at), "finishedAt": format_time(r.finished_at),
-                      "containerID": r.container_id}
+        terminated = {
+            "exitCode": r.exit_code,
+            "reason": r.reason or exit_reason(r.exit_code),
+            "startedAt": format_time(r.started_at),
+            "finishedAt": format_time(r.finished_at),
+            "containerID": r.container_id,
+        }
         if r.message:
             terminated["message"] = r.message
-        statuses.append({"name": c["name"], "image": c.get("image", ""), "imageID": "",
-                         "containerID": r.container_id, "ready": False, "started": False, "restartCount": 0,
-                         "state": {"terminated": terminated}})
-    return {"status": {
-        "phase": pod_phase(results), "containerStatuses": statuses,
-        "conditions": [_condition("ContainersReady", "False", stamp, "PodCompleted"),
-                       _condition("Ready", "False", stamp, "PodCompleted"),
-                       _condition("PodReadyToStartContainers", "False", stamp)],
-    }}
+        statuses.append(
+            {
+                "name": c["name"],
+                "image": c.get("image", ""),
+                "imageID": "",
+                "containerID": r.container_id,
+                "ready": False,
+                "started": False,
+                "restartCount": 0,
+                "state": {"terminated": terminated},
+            }
+        )
+    return {
+        "status": {
+            "phase": pod_phase(results),
+            "containerStatuses": statuses,
+            "conditions": [
+                _condition("ContainersReady", "False", stamp, "PodCompleted"),
+                _condition("Ready", "False", stamp, "PodCompleted"),
+                _condition("PodReadyToStartContainers", "False", stamp),
+            ],
+        }
+    }
 
 
 def lost_results(pod: dict, now: datetime) -> list[ContainerResult]:
@@ -90,8 +127,10 @@ def lost_results(pod: dict, now: datetime) -> list[ContainerResult]:
         running = (status.get("state") or {}).get("running") or {}
         if running.get("startedAt"):
             started = datetime.strptime(running["startedAt"], "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=now.tzinfo)
-    return [ContainerResult(c["name"], 137, started, now, "ContainerStatusUnknown", LOST_MESSAGE)
-            for c in pod["spec"]["containers"]]
+    return [
+        ContainerResult(c["name"], 137, started, now, "ContainerStatusUnknown", LOST_MESSAGE)
+        for c in pod["spec"]["containers"]
+    ]
 
 
 def was_started(pod: dict) -> bool:

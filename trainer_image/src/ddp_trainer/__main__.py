@@ -29,6 +29,7 @@ def main(argv: list[str] | None = None) -> int:
     if env.local_rank == 0 or cfg.log.all_ranks:
         emit(started_line(who, env.world_size, choose_backend(), str(device), rendezvous_seconds))
     from .trainer import Trainer  # after the group exists: a bad rendezvous fails before the model is built
+
     trainer = Trainer(cfg, env, device, who)
     trainer.serve_metrics()
     trainer.resume()
@@ -44,6 +45,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def disk_full(who: Identity, error: CheckpointDiskFull) -> int:
     from torch.distributed.elastic.multiprocessing.errors import ErrorHandler
+
     ErrorHandler().record_exception(error)  # the distinct exit code below bypasses @record's own recording
     print(f"{who.prefix} ERROR {error.strerror}", file=sys.stderr, flush=True)
     return exit_codes.CHECKPOINT_DISK_FULL

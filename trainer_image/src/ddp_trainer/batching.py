@@ -23,8 +23,9 @@ def rank_slice(global_batch: int, world_size: int, rank: int) -> slice:
 def global_batch_size(world_size: int, batch_size_per_rank: int, fixed_global_batch: int) -> int:
     batch = fixed_global_batch if fixed_global_batch > 0 else batch_size_per_rank * world_size
     if batch < world_size:
-        raise ValueError(f"global batch {batch} is smaller than the world size {world_size}: some ranks would "
-                         "get no samples")
+        raise ValueError(
+            f"global batch {batch} is smaller than the world size {world_size}: some ranks would get no samples"
+        )
     return batch
 
 
@@ -32,8 +33,10 @@ def check_accumulation(global_batch: int, world_size: int, micro_batches: int) -
     """Every rank must run the same number of non-empty micro-batches, or DDP's reductions fall out of step."""
     smallest_share = global_batch // world_size
     if smallest_share < micro_batches:
-        raise ValueError(f"each rank gets at least {smallest_share} samples per step, fewer than "
-                         f"--train.grad-accum-steps={micro_batches} micro-batches")
+        raise ValueError(
+            f"each rank gets at least {smallest_share} samples per step, fewer than "
+            f"--train.grad-accum-steps={micro_batches} micro-batches"
+        )
 
 
 def loss_scale(world_size: int, global_batch: int) -> float:

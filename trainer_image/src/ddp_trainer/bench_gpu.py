@@ -38,8 +38,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--steps", type=int, default=50, help="measured steps per repeat")
     p.add_argument("--warmup-steps", type=int, default=10)
     p.add_argument("--repeats", type=int, default=3, help="harness and baseline alternate; medians reported")
-    p.add_argument("--peak-tflops", type=float, default=989.0,
-                   help="dense bf16 peak of one GPU for MFU: H100 SXM and H200 are 989")
+    p.add_argument(
+        "--peak-tflops", type=float, default=989.0, help="dense bf16 peak of one GPU for MFU: H100 SXM and H200 are 989"
+    )
     p.add_argument("--compile", action="store_true", help="torch.compile both the harness and the baseline")
     return p.parse_args(argv)
 
@@ -50,8 +51,14 @@ def ensure_process_group() -> tuple[DistEnv, torch.device]:
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             port = s.getsockname()[1]
-        os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", LOCAL_WORLD_SIZE="1",
-                          MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+        os.environ.update(
+            RANK="0",
+            WORLD_SIZE="1",
+            LOCAL_RANK="0",
+            LOCAL_WORLD_SIZE="1",
+            MASTER_ADDR="127.0.0.1",
+            MASTER_PORT=str(port),
+        )
     env = DistEnv.from_environ()
     device = choose_device(env)
     init_process_group(env, device)
@@ -59,9 +66,27 @@ def ensure_process_group() -> tuple[DistEnv, torch.device]:
 
 
 def trainer_config(workload: str, preset: str, batch: int, compile_model: bool):
-    return parse_config(["--workload", workload, "--model.preset", preset, "--train.batch-size-per-rank",
-                         str(batch), "--train.decay", "constant", "--metrics.port", "0", "--log.every-steps", "10",
-                         "--ddp.compile", str(compile_model).lower(), "--train.steps", "1"], environ={})
+    return parse_config(
+        [
+            "--workload",
+            workload,
+            "--model.preset",
+            preset,
+            "--train.batch-size-per-rank",
+            str(batch),
+            "--train.decay",
+            "constant",
+            "--metrics.port",
+            "0",
+            "--log.every-steps",
+            "10",
+            "--ddp.compile",
+            str(compile_model).lower(),
+            "--train.steps",
+            "1",
+        ],
+        environ={},
+    )
 
 
 def sync(device: torch.device) -> None:
@@ -123,11 +148,19 @@ def bench_workload(name: str, args, env: DistEnv, device: torch.device) -> dict:
         baseline.append(baseline_throughput(trainer, args.steps, device, args.compile))
         harness.append(harness_throughput(trainer, args.steps, device))
     h, b = statistics.median(harness), statistics.median(baseline)
-    result = {"workload": name, "preset": args.preset, "batch_per_rank": batch, "world_size": env.world_size,
-              "samples_per_second": h, "baseline_samples_per_second": b, "harness_overhead": 1 - h / b,
-              "samples_per_second_runs": harness, "baseline_runs": baseline,
-              "flops_per_sample": trainer.workload.flops_per_sample,
-              "parameters": sum(p.numel() for p in trainer.ddp.module.parameters())}
+    result = {
+        "workload": name,
+        "preset": args.preset,
+        "batch_per_rank": batch,
+        "world_size": env.world_size,
+        "samples_per_second": h,
+        "baseline_samples_per_second": b,
+        "harness_overhead": 1 - h / b,
+        "samples_per_second_runs": harness,
+        "baseline_runs": baseline,
+        "flops_per_sample": trainer.workload.flops_per_sample,
+        "parameters": sum(p.numel() for p in trainer.ddp.module.parameters()),
+    }
     if name == "gpt":
         seq_len = trainer.workload.train_set.inputs.shape[1]
         result["tokens_per_second"] = h * seq_len
@@ -138,8 +171,13 @@ def bench_workload(name: str, args, env: DistEnv, device: torch.device) -> dict:
 
 
 def machine(device: torch.device) -> dict:
-    info = {"host": platform.node(), "cpu_count": os.cpu_count(), "torch": torch.__version__,
-            "device": str(device), "backend": choose_backend()}
+    info = {
+        "host": platform.node(),
+        "cpu_count": os.cpu_count(),
+        "torch": torch.__version__,
+        "device": str(device),
+        "backend": choose_backend(),
+    }
     if device.type == "cuda":
         info["gpu"] = torch.cuda.get_device_name(device)
         info["cuda"] = torch.version.cuda
@@ -151,15 +189,22 @@ def main(argv=None) -> int:
     env, device = ensure_process_group()
     results = [bench_workload(name, args, env, device) for name in args.workloads.split(",")]
     if env.rank == 0:
-        report = {"machine": machine(device), "peak_tflops": args.peak_tflops, "compile": args.compile,
-                  "autocast": "bf16" if device.type == "cuda" else "off", "results": results}
+        report = {
+            "machine": machine(device),
+            "peak_tflops": args.peak_tflops,
+            "compile": args.compile,
+            "autocast": "bf16" if device.type == "cuda" else "off",
+            "results": results,
+        }
         with open(args.out, "w") as f:
             json.dump(report, f, indent=2)
         for r in results:
             mfu = f" mfu={r['mfu']:.3f}" if "mfu" in r else ""
-            print(f"{r['workload']:>6} samples/s={r['samples_per_second']:.1f} "
-                  f"baseline={r['baseline_samples_per_second']:.1f} overhead={r['harness_overhead']:+.3f}{mfu}",
-                  flush=True)
+            print(
+                f"{r['workload']:>6} samples/s={r['samples_per_second']:.1f} "
+                f"baseline={r['baseline_samples_per_second']:.1f} overhead={r['harness_overhead']:+.3f}{mfu}",
+                flush=True,
+            )
     dist.destroy_process_group()
     return 0
 

@@ -60,8 +60,10 @@ class CheckpointStore:
             tmp.unlink(missing_ok=True)
             if caused_by_full_disk(e):
                 raise CheckpointDiskFull(
-                    errno.ENOSPC, f"checkpoint volume full: cannot write step {state['step']} to {self.directory} "
-                    "(no space left on device); free space or enlarge the volume, then restart the job") from e
+                    errno.ENOSPC,
+                    f"checkpoint volume full: cannot write step {state['step']} to {self.directory} "
+                    "(no space left on device); free space or enlarge the volume, then restart the job",
+                ) from e
             raise
         self._prune()
         return final
@@ -87,7 +89,7 @@ class CheckpointStore:
         return state
 
     def _prune(self) -> None:
-        for _, path in self.list_steps()[:-self.keep]:
+        for _, path in self.list_steps()[: -self.keep]:
             path.unlink(missing_ok=True)
         # Temp files of writers that were killed mid-write; ours was renamed or removed already.
         for stale in self.directory.glob(".step-*.pt.tmp-*"):

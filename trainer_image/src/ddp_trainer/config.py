@@ -145,8 +145,13 @@ def parse_config(argv: list[str] | None = None, environ: dict[str, str] | None =
         env = env_name(section, f.name)
         if env in environ:
             setattr(target, f.name, parse_value(kind, environ[env], f"env {env}"))
-        parser.add_argument(flag_name(section, f.name), dest=f"{section or ''}.{f.name}", default=None,
-                            metavar=kind.__name__.upper(), help=f"env {env} (default {getattr(target, f.name)!r})")
+        parser.add_argument(
+            flag_name(section, f.name),
+            dest=f"{section or ''}.{f.name}",
+            default=None,
+            metavar=kind.__name__.upper(),
+            help=f"env {env} (default {getattr(target, f.name)!r})",
+        )
     args = parser.parse_args(argv)
     for section, f, kind in _leaf_fields(Config):
         text = getattr(args, f"{section or ''}.{f.name}")

@@ -31,9 +31,14 @@ def wrap_model(model: nn.Module, device: torch.device, ddp_cfg, warn=print) -> t
     if sync_bn:
         model = nn.SyncBatchNorm.convert_sync_batchnorm(model)
     model.to(device)
-    ddp = DDP(model, device_ids=[device.index] if device.type == "cuda" else None,
-              find_unused_parameters=ddp_cfg.find_unused_parameters, static_graph=ddp_cfg.static_graph,
-              bucket_cap_mb=ddp_cfg.bucket_cap_mb, gradient_as_bucket_view=ddp_cfg.gradient_as_bucket_view)
+    ddp = DDP(
+        model,
+        device_ids=[device.index] if device.type == "cuda" else None,
+        find_unused_parameters=ddp_cfg.find_unused_parameters,
+        static_graph=ddp_cfg.static_graph,
+        bucket_cap_mb=ddp_cfg.bucket_cap_mb,
+        gradient_as_bucket_view=ddp_cfg.gradient_as_bucket_view,
+    )
     if ddp_cfg.comm_hook == "bf16":
         ddp.register_comm_hook(state=None, hook=default_hooks.bf16_compress_hook)
     callable_model = torch.compile(ddp) if ddp_cfg.compile else ddp

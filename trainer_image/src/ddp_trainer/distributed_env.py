@@ -26,11 +26,17 @@ class DistEnv:
         env = os.environ if environ is None else environ
         missing = [k for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT") if k not in env]
         if missing:
-            raise RuntimeError(f"not started by torchrun: {', '.join(missing)} missing from the environment; "
-                               "run `torchrun --nproc-per-node N -m ddp_trainer ...`")
-        return cls(rank=int(env["RANK"]), world_size=int(env["WORLD_SIZE"]), local_rank=int(env["LOCAL_RANK"]),
-                   local_world_size=int(env.get("LOCAL_WORLD_SIZE", "1")),
-                   restart_count=int(env.get("TORCHELASTIC_RESTART_COUNT", "0")))
+            raise RuntimeError(
+                f"not started by torchrun: {', '.join(missing)} missing from the environment; "
+                "run `torchrun --nproc-per-node N -m ddp_trainer ...`"
+            )
+        return cls(
+            rank=int(env["RANK"]),
+            world_size=int(env["WORLD_SIZE"]),
+            local_rank=int(env["LOCAL_RANK"]),
+            local_world_size=int(env.get("LOCAL_WORLD_SIZE", "1")),
+            restart_count=int(env.get("TORCHELASTIC_RESTART_COUNT", "0")),
+        )
 
 
 def collective_timeout(environ=None) -> timedelta:
@@ -64,8 +70,7 @@ def attempt_store(env: DistEnv, timeout: timedelta, environ=None) -> dist.Store 
     e = os.environ if environ is None else environ
     if e.get("TORCHELASTIC_USE_AGENT_STORE") != "True":
         return None
-    shared = dist.TCPStore(e["MASTER_ADDR"], int(e["MASTER_PORT"]), env.world_size, is_master=False,
-                           timeout=timeout)
+    shared = dist.TCPStore(e["MASTER_ADDR"], int(e["MASTER_PORT"]), env.world_size, is_master=False, timeout=timeout)
     return dist.PrefixStore(f"/ddp_trainer/attempt_{env.restart_count}", shared)
 
 

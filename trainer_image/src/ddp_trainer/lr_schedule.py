@@ -34,5 +34,10 @@ class LearningRateSchedule:
         return lr
 
     def state_dict(self) -> dict:
-        return {"peak_lr": self.peak_lr, "total_steps": self.total_steps, "warmup_steps": self.warmup_steps,
-                "decay": self.decay, "min_lr_ratio": self.min_lr_ratio}
+        return {
+            "peak_lr": self.peak_lr,
+            "total_steps": self.total_steps,
+            "warmup_steps": self.warmup_steps,
+            "decay": self.decay,
+            "min_lr_ratio": self.min_lr_ratio,
+        }

@@ -22,19 +22,28 @@ class TrainerMetrics:
             return Gauge(name, doc, labels, registry=self.registry).labels(**self._labels)
 
         self.step = gauge("ddp_trainer_step", "Optimizer steps completed (global, survives restarts)")
-        self.samples_total = Counter("ddp_trainer_samples", "Training samples consumed by the whole group",
-                                     labels, registry=self.registry).labels(**self._labels)
+        self.samples_total = Counter(
+            "ddp_trainer_samples", "Training samples consumed by the whole group", labels, registry=self.registry
+        ).labels(**self._labels)
         self.samples_per_second = gauge("ddp_trainer_samples_per_second", "Group throughput over the last log window")
         self.loss = gauge("ddp_trainer_loss", "Training loss, mean over the group at the last log step")
         self.learning_rate = gauge("ddp_trainer_learning_rate", "Current learning rate")
         self.world_size = gauge("ddp_trainer_world_size", "Ranks in the process group")
-        self.restart_count = gauge("ddp_trainer_restart_count", "torchrun in-place restarts (TORCHELASTIC_RESTART_COUNT)")
+        self.restart_count = gauge(
+            "ddp_trainer_restart_count", "torchrun in-place restarts (TORCHELASTIC_RESTART_COUNT)"
+        )
         self.last_checkpoint_step = gauge("ddp_trainer_last_checkpoint_step", "Step of the newest checkpoint")
-        self.last_checkpoint_timestamp = gauge("ddp_trainer_last_checkpoint_timestamp_seconds",
-                                               "Unix time of the newest checkpoint (age = time() - this)")
+        self.last_checkpoint_timestamp = gauge(
+            "ddp_trainer_last_checkpoint_timestamp_seconds", "Unix time of the newest checkpoint (age = time() - this)"
+        )
         self.gpu_memory_bytes = gauge("ddp_trainer_gpu_memory_bytes", "CUDA memory allocated by this rank")
-        phase = Histogram("ddp_trainer_step_phase_seconds", "Step time by phase", (*labels, "phase"),
-                          buckets=PHASE_BUCKETS, registry=self.registry)
+        phase = Histogram(
+            "ddp_trainer_step_phase_seconds",
+            "Step time by phase",
+            (*labels, "phase"),
+            buckets=PHASE_BUCKETS,
+            registry=self.registry,
+        )
         self.phase = {p: phase.labels(**self._labels, phase=p) for p in ("data", "forward_backward", "optimizer")}
 
     def set_samples_total(self, value: int) -> None:

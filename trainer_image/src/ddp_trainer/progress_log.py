@@ -25,10 +25,12 @@ class Identity:
         return f"[job={self.job} attempt={self.attempt} rank={self.rank}]"
 
 
-def progress_line(who: Identity, step: int, total: int, epoch: int, loss: float, lr: float,
-                  samples_per_second: float) -> str:
-    return (f"{who.prefix} step={step}/{total} epoch={epoch} loss={loss:.4f} lr={lr:.1e} "
-            f"samples/s={samples_per_second:.1f}")
+def progress_line(
+    who: Identity, step: int, total: int, epoch: int, loss: float, lr: float, samples_per_second: float
+) -> str:
+    return (
+        f"{who.prefix} step={step}/{total} epoch={epoch} loss={loss:.4f} lr={lr:.1e} samples/s={samples_per_second:.1f}"
+    )
 
 
 def done_line(who: Identity, total: int, metric_name: str, metric_value: float, wall_seconds: float) -> str:
@@ -40,8 +42,10 @@ def resumed_line(who: Identity, step: int, samples: int, world_size_was: int) ->
 
 
 def started_line(who: Identity, world_size: int, backend: str, device: str, rendezvous_seconds: float) -> str:
-    return (f"{who.prefix} started pid={os.getpid()} world_size={world_size} backend={backend} device={device} "
-            f"rendezvous_s={rendezvous_seconds:.2f}")
+    return (
+        f"{who.prefix} started pid={os.getpid()} world_size={world_size} backend={backend} device={device} "
+        f"rendezvous_s={rendezvous_seconds:.2f}"
+    )
 
 
 def emit(line: str) -> None:
@@ -56,5 +60,7 @@ def warn(who: Identity, message: str) -> None:
 def startup_line(who: Identity, process_seconds: float, rendezvous_seconds: float, load_seconds: float) -> str:
     """Where the start-up time went, for recovery breakdowns: process age when training begins, of which the
     rendezvous (init_process_group) and the checkpoint load."""
-    return (f"{who.prefix} ready process_s={process_seconds:.2f} rendezvous_s={rendezvous_seconds:.2f} "
-            f"checkpoint_load_s={load_seconds:.2f}")
+    return (
+        f"{who.prefix} ready process_s={process_seconds:.2f} rendezvous_s={rendezvous_seconds:.2f} "
+        f"checkpoint_load_s={load_seconds:.2f}"
+    )

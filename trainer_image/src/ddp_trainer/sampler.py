@@ -17,8 +17,16 @@ from .batching import SamplePosition, rank_slice
 class GlobalBatchSampler(DistributedSampler):
     """Use as a DataLoader `batch_sampler`: yields lists of indices, one list per optimizer step."""
 
-    def __init__(self, dataset, world_size: int, rank: int, global_batch: int, start: SamplePosition,
-                 shuffle: bool = True, seed: int = 0):
+    def __init__(
+        self,
+        dataset,
+        world_size: int,
+        rank: int,
+        global_batch: int,
+        start: SamplePosition,
+        shuffle: bool = True,
+        seed: int = 0,
+    ):
         super().__init__(dataset, num_replicas=world_size, rank=rank, shuffle=shuffle, seed=seed, drop_last=True)
         self.global_batch = global_batch
         self.start = start.start_of_next_batch(global_batch, len(dataset))
@@ -42,7 +50,7 @@ class GlobalBatchSampler(DistributedSampler):
                 self.set_epoch(position.epoch)
             order = self.epoch_order(position.epoch)
             while position.batch_fits(self.global_batch, n):
-                batch = order[position.offset: position.offset + self.global_batch]
+                batch = order[position.offset : position.offset + self.global_batch]
                 yield batch[share]
                 position = SamplePosition(position.epoch, position.offset + self.global_batch)
 

@@ -27,8 +27,9 @@ from .workloads import Workload, build_workload
 
 
 class Trainer:
-    def __init__(self, cfg: Config, env: DistEnv, device: torch.device, who: Identity,
-                 workload: Workload | None = None):
+    def __init__(
+        self, cfg: Config, env: DistEnv, device: torch.device, who: Identity, workload: Workload | None = None
+    ):
         self.cfg, self.env, self.device, self.who = cfg, env, device, who
         self.talks = cfg.log.all_ranks or env.local_rank == 0  # one progress stream per pod by default
         self.created = time.monotonic()
@@ -37,14 +38,20 @@ class Trainer:
         seed_everything(cfg.train.seed + 7919 * env.rank)  # then distinct streams (dropout, augmentation)
         self.ddp, self.model = wrap_model(self.workload.model, device, cfg.ddp, self._warn)
         self.optimizer = make_optimizer(self.ddp, cfg.train)
-        self.global_batch = global_batch_size(env.world_size, cfg.train.batch_size_per_rank,
-                                              cfg.train.global_batch_size)
+        self.global_batch = global_batch_size(
+            env.world_size, cfg.train.batch_size_per_rank, cfg.train.global_batch_size
+        )
         check_accumulation(self.global_batch, env.world_size, cfg.train.grad_accum_steps)
         self.schedule = LearningRateSchedule(
-            peak_lr=scaled_lr(cfg.train.lr, env.world_size, cfg.train.lr_scaling), total_steps=cfg.train.steps,
-            warmup_steps=cfg.train.warmup_steps, decay=cfg.train.decay, min_lr_ratio=cfg.train.min_lr_ratio)
-        self.store = CheckpointStore(cfg.checkpoint.dir, cfg.checkpoint.keep, self._warn) \
-            if cfg.checkpoint.dir else None
+            peak_lr=scaled_lr(cfg.train.lr, env.world_size, cfg.train.lr_scaling),
+            total_steps=cfg.train.steps,
+            warmup_steps=cfg.train.warmup_steps,
+            decay=cfg.train.decay,
+            min_lr_ratio=cfg.train.min_lr_ratio,
+        )
+        self.store = (
+            CheckpointStore(cfg.checkpoint.dir, cfg.checkpoint.keep, self._warn) if cfg.checkpoint.dir else None
+        )
         self.metrics = TrainerMetrics(who.job, env.rank)
         self.metrics.world_size.set(env.world_size)
         self.metrics.restart_count.set(env.restart_count)
@@ -124,8 +131,10 @@ class Trainer:
                 if stop:
                     self.save_checkpoint()
                     if self.talks:
-                        emit(f"{self.who.prefix} preempted ({self.preemption.signal_name or 'peer'}): "
-                             f"checkpoint written step={self.step}, exiting with {exit_codes.PREEMPTED}")
+                        emit(
+                            f"{self.who.prefix} preempted ({self.preemption.signal_name or 'peer'}): "
+                            f"checkpoint written step={self.step}, exiting with {exit_codes.PREEMPTED}"
+                        )
                     return exit_codes.PREEMPTED
             if self._checkpoint_due():
                 self.save_checkpoint()
@@ -138,13 +147,26 @@ class Trainer:
 
     def _loader(self) -> DataLoader:
         from .sampler import GlobalBatchSampler
+
         data = self.workload.train_set
-        sampler = GlobalBatchSampler(data, self.env.world_size, self.env.rank, self.global_batch, self.position,
-                                     shuffle=self.cfg.data.shuffle, seed=self.cfg.train.seed)
-        return DataLoader(data, batch_sampler=sampler, num_workers=self.cfg.data.workers,
-                          pin_memory=self.cfg.data.pin_memory and self.device.type == "cuda",
-                          collate_fn=_already_batched if getattr(data, "returns_batches", False) else None,
-                          persistent_workers=self.cfg.data.workers > 0, worker_init_fn=_ignore_sigterm)
+        sampler = GlobalBatchSampler(
+            data,
+            self.env.world_size,
+            self.env.rank,
+            self.global_batch,
+            self.position,
+            shuffle=self.cfg.data.shuffle,
+            seed=self.cfg.train.seed,
+        )
+        return DataLoader(
+            data,
+            batch_sampler=sampler,
+            num_workers=self.cfg.data.workers,
+            pin_memory=self.cfg.data.pin_memory and self.device.type == "cuda",
+            collate_fn=_already_batched if getattr(data, "returns_batches", False) else None,
+            persistent_workers=self.cfg.data.workers > 0,
+            worker_init_fn=_ignore_sigterm,
+        )
 
     def _forward_backward(self, inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         """Gradient accumulation: k micro-batches, all but the last inside no_sync (forward included, so DDP
@@ -203,12 +225,22 @@ class Trainer:
         if self.store is None or self.env.rank != 0:
             return
         now = time.time()
-        self.store.save({
-            "step": self.step, "samples": self.samples, "epoch": self.position.epoch, "offset": self.position.offset,
-            "world_size": self.env.world_size, "global_batch": self.global_batch, "workload": self.workload.name,
-            "model": self.ddp.module.state_dict(), "optimizer": self.optimizer.state_dict(),
-            "scheduler": self.schedule.state_dict(), "rng": capture_rng(), "time": now,
-        })
+        self.store.save(
+            {
+                "step": self.step,
+                "samples": self.samples,
+                "epoch": self.position.epoch,
+                "offset": self.position.offset,
+                "world_size": self.env.world_size,
+                "global_batch": self.global_batch,
+                "workload": self.workload.name,
+                "model": self.ddp.module.state_dict(),
+                "optimizer": self.optimizer.state_dict(),
+                "scheduler": self.schedule.state_dict(),
+                "rng": capture_rng(),
+                "time": now,
+            }
+        )
         self.last_checkpoint_step, self.last_checkpoint_time = self.step, time.monotonic()
         self.metrics.record_checkpoint(self.step, now)
 
@@ -227,8 +259,9 @@ class Trainer:
 
 def make_optimizer(model: torch.nn.Module, train_cfg) -> torch.optim.Optimizer:
     if train_cfg.optimizer == "sgd":
-        return torch.optim.SGD(model.parameters(), lr=train_cfg.lr, momentum=train_cfg.momentum,
-                               weight_decay=train_cfg.weight_decay)
+        return torch.optim.SGD(
+            model.parameters(), lr=train_cfg.lr, momentum=train_cfg.momentum, weight_decay=train_cfg.weight_decay
+        )
     return torch.optim.AdamW(model.parameters(), lr=train_cfg.lr, weight_decay=train_cfg.weight_decay)
 
 

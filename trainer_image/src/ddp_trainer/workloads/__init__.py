@@ -45,6 +45,7 @@ class Workload:
 def build_workload(cfg) -> Workload:
     if cfg.entrypoint:
         from ..user_entrypoint import load_entrypoint
+
         return load_entrypoint(cfg.entrypoint)(cfg)
     if cfg.workload == "digits":
         from .digits import build

@@ -69,7 +69,12 @@ def build(cfg) -> Workload:
         module.train()
         return (predicted == test_labels).float().mean().item()
 
-    return Workload(name="cnn", model=model, train_set=IndexableTensors(images, labels),
-                    sample_losses=lambda out, y: F.cross_entropy(out.float(), y, reduction="none"),
-                    evaluate=evaluate, final_metric="test_accuracy",
-                    flops_per_sample=conv_flops_per_sample(model, p["image_size"]))
+    return Workload(
+        name="cnn",
+        model=model,
+        train_set=IndexableTensors(images, labels),
+        sample_losses=lambda out, y: F.cross_entropy(out.float(), y, reduction="none"),
+        evaluate=evaluate,
+        final_metric="test_accuracy",
+        flops_per_sample=conv_flops_per_sample(model, p["image_size"]),
+    )

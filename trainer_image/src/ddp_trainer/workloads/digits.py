@@ -30,6 +30,7 @@ def load_digits_arrays() -> tuple[np.ndarray, np.ndarray]:
     path = digits_csv_path()
     if path is None:
         from sklearn.datasets import load_digits
+
         data = load_digits()
         return data.data.astype(np.float32), data.target.astype(np.int64)
     with gzip.open(path, "rt") as f:
@@ -66,7 +67,12 @@ def build(cfg) -> Workload:
         module.train()
         return (predicted == y_test).float().mean().item()
 
-    return Workload(name="digits", model=model, train_set=IndexableTensors(x_train, y_train),
-                    sample_losses=lambda out, y: F.cross_entropy(out.float(), y, reduction="none"),
-                    evaluate=evaluate, final_metric="test_accuracy",
-                    flops_per_sample=6 * sum(p.numel() for p in model.parameters()))
+    return Workload(
+        name="digits",
+        model=model,
+        train_set=IndexableTensors(x_train, y_train),
+        sample_losses=lambda out, y: F.cross_entropy(out.float(), y, reduction="none"),
+        evaluate=evaluate,
+        final_metric="test_accuracy",
+        flops_per_sample=6 * sum(p.numel() for p in model.parameters()),
+    )

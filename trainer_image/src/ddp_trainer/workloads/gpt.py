@@ -94,6 +94,12 @@ def build(cfg) -> Workload:
         module.train()
         return torch.cat(losses).mean().item()
 
-    return Workload(name="gpt", model=model, train_set=IndexableTensors(tokens[:, :-1], tokens[:, 1:]),
-                    sample_losses=sequence_losses, evaluate=evaluate, final_metric="eval_loss",
-                    flops_per_sample=p["seq_len"] * flops_per_token(model, p["layers"], p["width"], p["seq_len"]))
+    return Workload(
+        name="gpt",
+        model=model,
+        train_set=IndexableTensors(tokens[:, :-1], tokens[:, 1:]),
+        sample_losses=sequence_losses,
+        evaluate=evaluate,
+        final_metric="eval_loss",
+        flops_per_sample=p["seq_len"] * flops_per_token(model, p["layers"], p["width"], p["seq_len"]),
+    )
