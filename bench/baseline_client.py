@@ -12,6 +12,8 @@ import queue
 import signal
 import sys
 import threading
+from collections.abc import Callable
+from typing import Any
 
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
@@ -27,21 +29,17 @@ def create_group(core: client.CoreV1Api, job: dict) -> None:
     meta = job["metadata"]
     ref = JobRef(meta["name"], meta["namespace"], meta["uid"])
     spec = parse_spec(job["spec"])
-    _create(
-        lambda: core.create_namespaced_service(
-            ref.namespace, build_service(ref, spec), _request_timeout=TIMEOUT, _preload_content=False
-        )
-    )
+    _create(core.create_namespaced_service, ref.namespace, build_service(ref, spec))
     for index in range(spec.replicas):
-        pod = build_worker_pod(ref, spec, index=index, attempt=0, restarts=0)
         _create(
-            lambda: core.create_namespaced_pod(ref.namespace, pod, _request_timeout=TIMEOUT, _preload_content=False)
+            core.create_namespaced_pod, ref.namespace, build_worker_pod(ref, spec, index=index, attempt=0, restarts=0)
         )
 
 
-def _create(call) -> None:
+def _create(create: Callable[..., Any], namespace: str, body: dict) -> None:
     try:
-        call().data  # read, not decoded into models: the connection goes back to the pool
+        # The body is read, not decoded into models: the connection goes back to the pool.
+        _ = create(namespace, body, _request_timeout=TIMEOUT, _preload_content=False).data
     except ApiException as exc:
         if exc.status != 409:
             print(f"baseline: create failed: {exc.status} {exc.reason}", file=sys.stderr, flush=True)

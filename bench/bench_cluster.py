@@ -179,6 +179,7 @@ subjects: [{{apiGroup: rbac.authorization.k8s.io, kind: User, name: {user}}}]
 """)
         for offset, kind, verbs in ((0, "writes", WRITE_VERBS), (1, "reads", ["*"])):
             non_resource = "\n    nonResourceRules: [{verbs: ['*'], nonResourceURLs: ['*']}]" if kind == "reads" else ""
+            everything = "apiGroups: ['*'], resources: ['*'], clusterScope: true, namespaces: ['*']"
             docs.append(f"""apiVersion: flowcontrol.apiserver.k8s.io/v1
 kind: FlowSchema
 metadata: {{name: {flow_schema_name(party, kind)}}}
@@ -188,6 +189,6 @@ spec:
   distinguisherMethod: {{type: ByUser}}
   rules:
   - subjects: [{{kind: User, user: {{name: {user}}}}}]
-    resourceRules: [{{verbs: {verbs}, apiGroups: ['*'], resources: ['*'], clusterScope: true, namespaces: ['*']}}]{non_resource}
+    resourceRules: [{{verbs: {verbs}, {everything}}}]{non_resource}
 """)
     return "---\n".join(docs)

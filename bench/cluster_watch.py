@@ -4,10 +4,12 @@ V1Pod models would make the observer, not the system, the bottleneck on 2 cores.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 import time
 from collections import defaultdict
+from typing import Any
 
 from kubernetes import client
 from kubernetes.watch.watch import iter_resp_lines
@@ -30,18 +32,18 @@ class NamespaceWatch:
         self.phase: dict[str, str] = {}
         self.events = 0
         self.reconnects = 0
-        self._responses = []
-        self._threads = []
+        self._responses: list[Any] = []  # urllib3 responses of the open watches
+        self._threads: list[threading.Thread] = []
         self._stopping = False
 
-    def start(self) -> "NamespaceWatch":
+    def start(self) -> NamespaceWatch:
         listers = [
             lambda **kw: self.core.list_namespaced_pod(self.namespace, _preload_content=False, **kw),
             lambda **kw: self.custom.list_namespaced_custom_object(
                 "ddpjob.dev", "v1alpha1", self.namespace, "ddpjobs", _preload_content=False, **kw
             ),
         ]
-        for lister, handle in zip(listers, (self._pod, self._job)):
+        for lister, handle in zip(listers, (self._pod, self._job), strict=True):
             thread = threading.Thread(target=self._pump, args=(lister, handle), daemon=True)
             thread.start()
             self._threads.append(thread)
@@ -50,10 +52,8 @@ class NamespaceWatch:
     def stop(self) -> None:
         self._stopping = True
         for response in list(self._responses):
-            try:
+            with contextlib.suppress(Exception):  # already closed by the server
                 response.shutdown() if hasattr(response, "shutdown") else response.close()
-            except Exception:  # already closed by the server
-                pass
         for thread in self._threads:
             thread.join(timeout=5)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import platform
 import subprocess
@@ -21,12 +22,10 @@ def describe_machine() -> dict:
     except (OSError, StopIteration):
         pass
     gpu = ""
-    try:
+    with contextlib.suppress(OSError, subprocess.SubprocessError):
         gpu = subprocess.run(
             ["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True, text=True, timeout=10
         ).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        pass
     return {
         "cpus": os.cpu_count(),
         "cpu_model": model,

@@ -13,6 +13,7 @@ import json
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 from kubernetes import client, config
 
@@ -98,7 +99,7 @@ def main() -> int:
     log_dir = Path(tempfile.mkdtemp(prefix="ddpjob-bench-logs-"))
     say(f"party logs in {log_dir}")
     started = time.monotonic()
-    report = {
+    report: dict[str, Any] = {
         "benchmark": "operator_scale",
         "machine": describe_machine(),
         "nodes": a.nodes,
@@ -117,7 +118,7 @@ def main() -> int:
         admin_cfg.connection_pool_maxsize = 32
         admin = client.ApiClient(admin_cfg)
         for index, (jobs, pods) in enumerate(workloads):
-            entry = {"name": f"{jobs}x{pods}", "jobs": jobs, "pods_per_job": pods}
+            entry: dict[str, Any] = {"name": f"{jobs}x{pods}", "jobs": jobs, "pods_per_job": pods}
             base = run_workload(cluster, admin, "baseline", jobs, pods, log_dir, a.timeout)
             entry["baseline"] = summarize_run(base)
             recovery = measure_recovery(admin, a.recovery_fraction, pods, a.timeout) if index == 0 else None

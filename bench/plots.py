@@ -32,7 +32,7 @@ def _cdf(ax, values: list[float], label: str, color: str) -> None:
 def plot_scale(scale: dict, out: Path) -> None:
     workloads = scale["workloads"]
     fig, axes = plt.subplots(1, len(workloads), figsize=(6 * len(workloads), 4.2), squeeze=False)
-    for ax, w in zip(axes[0], workloads):
+    for ax, w in zip(axes[0], workloads, strict=True):
         for party in ("baseline", "operator"):
             r = w[party]
             _cdf(
@@ -78,7 +78,7 @@ def plot_scale(scale: dict, out: Path) -> None:
             x += 1
         aim = w["aims"]["writes_per_job_aim"]
         ax.hlines(
-            aim, x - 2.4, x - 0.6, colors="tab:red", linestyles="--", label="aim: pods + 3 writes" if x == 2 else None
+            aim, x - 2.4, x - 0.6, colors="tab:red", linestyles="--", label="aim: pods + 3 writes" if x == 2 else ""
         )
     ax.set_xticks(range(len(labels)), labels, fontsize=8)
     ax.set_ylabel("API requests per job (API server's APF counters)")
@@ -137,7 +137,7 @@ def plot_trainer(trainer: dict, out: Path) -> None:
         color="tab:blue",
         label="ddp_trainer loop",
     )
-    for x, r in zip(xs, overhead):
+    for x, r in zip(xs, overhead, strict=True):
         ax.text(
             x + 0.2,
             r["samples_per_second"],
@@ -154,7 +154,7 @@ def plot_trainer(trainer: dict, out: Path) -> None:
     ax = axes[1]
     ks = [r["grad_accum_steps"] for r in scaling]
     ax.plot(ks, [r["efficiency"] for r in scaling], "o-", color="tab:blue", label="world 2 / (2 x world 1)")
-    for k, r in zip(ks, scaling):
+    for k, r in zip(ks, scaling, strict=True):
         ax.annotate(
             f"{r['efficiency']:.2f}",
             (k, r["efficiency"]),

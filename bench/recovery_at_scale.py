@@ -38,7 +38,7 @@ def fail_pods(core: client.CoreV1Api, namespace: str, victims: list[tuple[str, s
     def one(victim: tuple[str, str]) -> None:
         name, uid = victim
         try:
-            core.patch_namespaced_pod_status(
+            _ = core.patch_namespaced_pod_status(
                 name, namespace, {"metadata": {"uid": uid}, "status": FAILED_STATUS}, _preload_content=False
             ).data
             acknowledged[name] = time.monotonic()

@@ -21,7 +21,7 @@ class RequestCounts:
     def total(self) -> float:
         return self.writes + self.reads
 
-    def __sub__(self, other: "RequestCounts") -> "RequestCounts":
+    def __sub__(self, other: RequestCounts) -> RequestCounts:
         return RequestCounts(self.writes - other.writes, self.reads - other.reads)
 
 

@@ -97,14 +97,14 @@ class Party:
                 str(OPERATOR_WORKERS),
             ]
         with open(self.log_path, "w") as log:
-            self.proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=ROOT)
-        self._wait_ready()
+            self.proc = proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=ROOT)
+        self._wait_ready(proc)
 
-    def _wait_ready(self, timeout: float = 60) -> None:
+    def _wait_ready(self, proc: subprocess.Popen, timeout: float = 60) -> None:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"{self.party} exited with {self.proc.returncode}: {self.log_path.read_text()}")
+            if proc.poll() is not None:
+                raise RuntimeError(f"{self.party} exited with {proc.returncode}: {self.log_path.read_text()}")
             if self.party == "operator":
                 try:
                     with urllib.request.urlopen(f"http://127.0.0.1:{self.liveness_port}/healthz", timeout=1):
@@ -118,6 +118,7 @@ class Party:
         raise RuntimeError(f"{self.party} not ready after {timeout}s: {self.log_path.read_text()}")
 
     def usage(self) -> ProcessUsage:
+        assert self.proc is not None, "usage() before start()"
         return read_usage(self.proc.pid)
 
     def stop(self) -> None:
@@ -135,7 +136,7 @@ def submit(custom: client.CustomObjectsApi, namespace: str, names: list[str], po
 
     def one(name: str) -> None:
         applied[name] = time.monotonic()
-        custom.create_namespaced_custom_object(
+        _ = custom.create_namespaced_custom_object(
             "ddpjob.dev", "v1alpha1", namespace, "ddpjobs", ddpjob(name, pods), _preload_content=False
         ).data
 
@@ -195,11 +196,11 @@ def create_namespace(core: client.CoreV1Api, namespace: str) -> None:
 def delete_namespace(core: client.CoreV1Api, namespace: str, timeout: float = 300) -> None:
     """Frees the GPUs before the next run: it returns only once every pod of the namespace is gone."""
     say(f"  deleting namespace {namespace}")
-    core.delete_namespace(namespace, _preload_content=False).data
+    _ = core.delete_namespace(namespace, _preload_content=False).data
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:
-            core.read_namespace(namespace, _preload_content=False).data
+            _ = core.read_namespace(namespace, _preload_content=False).data
         except ApiException as exc:
             if exc.status == 404:
                 return
@@ -240,7 +241,7 @@ def run_workload(
         result.requests = parse_counts(cluster.apiserver_metrics())[party] - before
         result.usage = runner.usage()
         ends = {n: watch.all_running_at(n, 0, pods) for n in names}
-        result.latencies = sorted(ends[n] - applied[n] for n in names if ends[n] is not None)
+        result.latencies = sorted(end - applied[n] for n, end in ends.items() if end is not None)
         result.groups_running = len(result.latencies)
         finished = [t for t in ends.values() if t is not None]
         result.total_seconds = (max(finished) - first_apply) if finished else 0.0

@@ -13,6 +13,7 @@ import statistics
 
 import torch
 import torch.distributed as dist
+
 from ddp_trainer.bench_gpu import BATCH, baseline_throughput, ensure_process_group, harness_throughput, trainer_config
 from ddp_trainer.progress_log import Identity
 from ddp_trainer.trainer import Trainer
@@ -32,7 +33,7 @@ def paired_overhead(workload: str, pairs: int, steps: int, env, device) -> dict:
         else:
             baseline.append(baseline_throughput(trainer, steps, device, False))
             harness.append(harness_throughput(trainer, steps, device))
-    overheads = sorted(1 - h / b for h, b in zip(harness, baseline))
+    overheads = sorted(1 - h / b for h, b in zip(harness, baseline, strict=True))
     quartiles = statistics.quantiles(overheads, n=4) if len(overheads) >= 2 else [overheads[0]] * 3
     return {
         "workload": workload,

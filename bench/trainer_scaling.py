@@ -15,6 +15,7 @@ import statistics
 
 import torch
 import torch.distributed as dist
+
 from ddp_trainer.bench_gpu import ensure_process_group, harness_throughput, trainer_config
 from ddp_trainer.progress_log import Identity
 from ddp_trainer.trainer import Trainer

@@ -88,12 +88,13 @@ class RecoveryClock:
 
     def breakdown(self, trainer: TrainerLog) -> list[tuple[str, float]]:
         """(phase, seconds) from the kill until training steps advance again."""
-        if None in (self.killed_at, self.detected_at, self.pods_running_at, trainer.ready_at):
+        killed, detected, running, ready = self.killed_at, self.detected_at, self.pods_running_at, trainer.ready_at
+        if killed is None or detected is None or running is None or ready is None:
             return [("incomplete", -1.0)]
-        in_process = trainer.ready_at - self.pods_running_at
+        in_process = ready - running
         rows = [
-            ("detection", self.detected_at - self.killed_at),
-            ("pod recreation", self.pods_running_at - self.detected_at),
+            ("detection", detected - killed),
+            ("pod recreation", running - detected),
             # torchrun's own start-up and its c10d rendezvous, until it spawns the trainer processes.
             ("torchrun start", max(0.0, in_process - trainer.process_s)),
             # The trainer process: Python + torch imports, model and data, before and after its rendezvous.
@@ -101,9 +102,9 @@ class RecoveryClock:
             ("rendezvous", trainer.rendezvous_s),
             ("checkpoint load", trainer.checkpoint_load_s),
         ]
-        end = trainer.first_step_at or trainer.ready_at
-        rows.append(("first steps", max(0.0, end - trainer.ready_at)))
-        rows.append(("recovery total", end - self.killed_at))
+        end = trainer.first_step_at or ready
+        rows.append(("first steps", max(0.0, end - ready)))
+        rows.append(("recovery total", end - killed))
         return rows
 
 

@@ -25,7 +25,7 @@ apiserver_flowcontrol_dispatched_requests_total{flow_schema="ddpjob-bench-operat
 apiserver_flowcontrol_dispatched_requests_total{flow_schema="ddpjob-bench-operator-reads",priority_level="ddpjob-bench"} 9000
 apiserver_flowcontrol_dispatched_requests_total{flow_schema="ddpjob-bench-baseline-writes",priority_level="ddpjob-bench"} 3000
 apiserver_flowcontrol_dispatched_requests_total{flow_schema="global-default",priority_level="global-default"} 55
-"""
+"""  # noqa: E501 (exposition-format samples, one per line)
 
 
 def test_counts_come_from_each_party_flow_schema_only():

@@ -12,7 +12,7 @@ import shutil
 import threading
 import time
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 from kubernetes import client, config, watch
@@ -227,6 +227,8 @@ class Agent:
             return
         results = []
         for proc in local.containers.values():
+            code, finished_at = proc.exit_code, proc.finished_at
+            assert code is not None and finished_at is not None  # none is running (checked above)
             policy = next(
                 (
                     c.get("terminationMessagePolicy")
@@ -236,29 +238,27 @@ class Agent:
                 None,
             )
             message = termination_message(
-                _read(proc.plan.termination_log), read_log_text(proc.plan.log_file), proc.exit_code, policy
+                _read(proc.plan.termination_log), read_log_text(proc.plan.log_file), code, policy
             )
             results.append(
                 ContainerResult(
                     proc.plan.container,
-                    proc.exit_code,
+                    code,
                     proc.started_at,
-                    proc.finished_at,
-                    reason=exit_reason(proc.exit_code, proc.oom_killed),
+                    finished_at,
+                    reason=exit_reason(code, proc.oom_killed),
                     message=message,
                     container_id=proc.container_id,
                 )
             )
-            log.info(
-                "%s: container %s exited with code %d", pod_context(local.pod), proc.plan.container, proc.exit_code
-            )
+            log.info("%s: container %s exited with code %d", pod_context(local.pod), proc.plan.container, code)
         del self.pods[uid]
         self.ips.release(uid)
         self._write_hosts()
         if local.gone:
             shutil.rmtree(local.pod_dir, ignore_errors=True)
             return
-        self._patch_status(local.pod, terminated_status(local.pod, results, datetime.now(timezone.utc)))
+        self._patch_status(local.pod, terminated_status(local.pod, results, datetime.now(UTC)))
         self.finished.add(uid)
         if local.deleting:
             self._delete_now(local.pod)
@@ -296,7 +296,7 @@ class Agent:
             f"a local process from {self.layout.venv_bin}, pod IP {pod_ip}",
         )
         for plan in plans:
-            proc = ContainerProcess(plan, lambda p, uid=uid: self.queue.put(("exited", uid)), limits[plan.container])
+            proc = ContainerProcess(plan, lambda _proc: self.queue.put(("exited", uid)), limits[plan.container])
             local.containers[plan.container] = proc
             self.logs[(meta["namespace"], meta["name"], plan.container)] = proc
             log.info(
@@ -308,7 +308,7 @@ class Agent:
                 " ".join(plan.argv),
             )
         ids = {name: proc.container_id for name, proc in local.containers.items()}
-        self._patch_status(pod, running_status(pod, pod_ip, HOST_IP, datetime.now(timezone.utc), ids))
+        self._patch_status(pod, running_status(pod, pod_ip, HOST_IP, datetime.now(UTC), ids))
         self.events.emit(pod, "Started", f"Started {len(plans)} container(s) as local processes")
 
     def _terminate(self, local: LocalPod) -> None:
@@ -337,7 +337,7 @@ class Agent:
             proc.kill()
 
     def _report_lost(self, pod: dict) -> None:
-        now = datetime.now(timezone.utc)
+        now = datetime.now(UTC)
         log.warning("%s: was running before the agent restarted; its processes are gone", pod_context(pod))
         self._patch_status(pod, terminated_status(pod, lost_results(pod, now), now))
         self.events.emit(
@@ -349,7 +349,7 @@ class Agent:
         self.finished.add(pod["metadata"]["uid"])
 
     def _report_start_error(self, pod: dict, message: str) -> None:
-        now = datetime.now(timezone.utc)
+        now = datetime.now(UTC)
         log.warning("%s: cannot start: %s", pod_context(pod), message)
         self.ips.release(pod["metadata"]["uid"])
         results = [ContainerResult(c["name"], 128, now, now, "StartError", message) for c in pod["spec"]["containers"]]

@@ -8,16 +8,16 @@ import signal
 import subprocess
 import sys
 import threading
-from datetime import datetime, timezone
+from collections.abc import Callable
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Callable
 
 from .launch_plan import LaunchPlan
 from .memory_limit import tree_rss
 
 
 def cri_timestamp(now: datetime | None = None) -> str:
-    now = now or datetime.now(timezone.utc)
+    now = now or datetime.now(UTC)
     return now.strftime("%Y-%m-%dT%H:%M:%S.%f") + "000Z"
 
 
@@ -25,13 +25,11 @@ class ContainerProcess:
     """Must be started from a thread that lives as long as the agent: PR_SET_PDEATHSIG fires when the
     *thread* that forked the child exits, not only the process."""
 
-    def __init__(
-        self, plan: LaunchPlan, on_exit: Callable[["ContainerProcess"], None], memory_limit: int | None = None
-    ):
+    def __init__(self, plan: LaunchPlan, on_exit: Callable[[ContainerProcess], None], memory_limit: int | None = None):
         self.plan = plan
         self.memory_limit = memory_limit
         self.oom_killed = False
-        self.started_at = datetime.now(timezone.utc)
+        self.started_at = datetime.now(UTC)
         self.finished_at: datetime | None = None
         self.exit_code: int | None = None
         self.killed_by_agent = False
@@ -39,7 +37,8 @@ class ContainerProcess:
             folder.mkdir(parents=True, exist_ok=True)
         plan.log_file.parent.mkdir(parents=True, exist_ok=True)
         plan.termination_log.touch()
-        self._log = open(plan.log_file, "ab", buffering=0)
+        # Open for the container's whole life: the pump threads write it, _wait() closes it.
+        self._log = open(plan.log_file, "ab", buffering=0)  # noqa: SIM115
         self._log_lock = threading.Lock()
         shim = [
             sys.executable,
@@ -110,12 +109,12 @@ class ContainerProcess:
                 self._log.write(f"{cri_timestamp()} {name} F ".encode() + line + b"\n")
         stream.close()
 
-    def _wait(self, on_exit: Callable[["ContainerProcess"], None]) -> None:
+    def _wait(self, on_exit: Callable[[ContainerProcess], None]) -> None:
         code = self.proc.wait()
         for pump in self._pumps:
             pump.join(timeout=5)
         self._log.close()
-        self.finished_at = datetime.now(timezone.utc)
+        self.finished_at = datetime.now(UTC)
         # Popen reports a signal as a negative code; a runtime reports 128 + signal.
         self.exit_code = 128 - code if code < 0 else code
         on_exit(self)

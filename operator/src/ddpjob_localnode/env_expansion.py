@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from typing import Callable, Mapping
+from collections.abc import Callable, Mapping
 
 _LABEL_REF = re.compile(r"^metadata\.(labels|annotations)\['([^']+)'\]$")
 

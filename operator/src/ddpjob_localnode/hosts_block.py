@@ -21,7 +21,10 @@ def hosts_entries(pods: list[tuple[str, dict]]) -> dict[str, list[str]]:
     """ip -> names for (ip, pod) pairs. A pod's short hostname (what `hostname` says inside it, and what its
     own /etc/hosts maps in a real pod) is added too, unless two pods on this machine share it."""
     short = [p.get("spec", {}).get("hostname") or p["metadata"]["name"] for _, p in pods]
-    return {ip: pod_dns_names(pod) + ([name] if short.count(name) == 1 else []) for (ip, pod), name in zip(pods, short)}
+    return {
+        ip: pod_dns_names(pod) + ([name] if short.count(name) == 1 else [])
+        for (ip, pod), name in zip(pods, short, strict=True)
+    }
 
 
 def markers(owner: str) -> tuple[str, str]:

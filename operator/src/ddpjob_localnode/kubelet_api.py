@@ -8,9 +8,9 @@ import logging
 import ssl
 import threading
 import time
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Callable
 from urllib.parse import parse_qs, urlparse
 
 log = logging.getLogger("ddpjob_localnode.kubelet_api")
@@ -86,7 +86,7 @@ class _Handler(BaseHTTPRequestHandler):
             self.wfile.write(data)
             self.wfile.flush()
         except (BrokenPipeError, ConnectionResetError):
-            raise SystemExit  # the client went away; ends this handler's thread quietly
+            raise SystemExit from None  # the client went away; ends this handler's thread quietly
         return len(data)
 
     def _reply(self, code: int, text: str) -> None:

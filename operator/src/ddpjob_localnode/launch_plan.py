@@ -5,9 +5,9 @@ on this machine, so any command/args/env value that starts with one is rewritten
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Mapping
 
 from .env_expansion import container_env, expand
 

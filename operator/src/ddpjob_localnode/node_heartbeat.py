@@ -8,7 +8,7 @@ import logging
 import os
 import threading
 import uuid
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from kubernetes import client
 from kubernetes.client.rest import ApiException
@@ -58,12 +58,12 @@ class NodeHeartbeat:
             # A node keeps its labels and taints across agent restarts; NodeRestriction forbids changing taints.
             self.node_uid = self.core.read_node(self.name).metadata.uid
             log.info("node %s already registered: reusing it", self.name)
-        status = build_node_status(self.name, self.resources, self.kubelet_port, datetime.now(timezone.utc), _boot_id())
+        status = build_node_status(self.name, self.resources, self.kubelet_port, datetime.now(UTC), _boot_id())
         self.core.patch_node_status(self.name, status)
         self.renew_lease()
 
     def renew_lease(self) -> None:
-        now = datetime.now(timezone.utc)
+        now = datetime.now(UTC)
         try:
             self.leases.patch_namespaced_lease(
                 self.name, LEASE_NAMESPACE, {"spec": {"holderIdentity": self.name, "renewTime": format_micro_time(now)}}
@@ -74,7 +74,7 @@ class NodeHeartbeat:
             self.leases.create_namespaced_lease(LEASE_NAMESPACE, build_lease(self.name, self.node_uid, now))
 
     def post_ready(self) -> None:
-        stamp = format_time(datetime.now(timezone.utc))
+        stamp = format_time(datetime.now(UTC))
         self.core.patch_node_status(
             self.name,
             {

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import uuid
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from kubernetes import client
 
@@ -44,7 +44,7 @@ class PodEvents:
         self.node = node
 
     def emit(self, pod: dict, reason: str, message: str, warning: bool = False) -> None:
-        body = build_event(pod, self.node, reason, message, warning, datetime.now(timezone.utc))
+        body = build_event(pod, self.node, reason, message, warning, datetime.now(UTC))
         try:
             self.core.create_namespaced_event(pod["metadata"]["namespace"], body)
         except Exception as err:  # an event is worth a retry by nobody: losing one must not stop a pod

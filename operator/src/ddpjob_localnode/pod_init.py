@@ -5,11 +5,12 @@ It gives the container what a runtime would: its own PID namespace, whose init (
 with the shim, so killing the shim or the agent reaps the whole tree, even processes that started their own
 session (torchrun's workers do); and its own UTS namespace with the pod's hostname, as in a real pod. Both
 matter to torchrun: its rendezvous tells nodes apart by hostname and pid, which would otherwise be equal for
-every pod on this machine (all "pid 2" on host "vm"). SIGTERM is forwarded to the container's main process only, as a runtime
-delivers it to PID 1. Exit status: the main process's code, or 128 + signal number."""
+every pod on this machine (all "pid 2" on host "vm"). SIGTERM is forwarded to the container's main process
+only, as a runtime delivers it to PID 1. Exit status: the main process's code, or 128 + signal number."""
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import signal
@@ -37,10 +38,8 @@ def exit_code(status: int) -> int:
 
 def forward_signals(target: int) -> None:
     def forward(signum, _frame):
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.kill(target, signum)
-        except ProcessLookupError:
-            pass
 
     for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(signum, forward)

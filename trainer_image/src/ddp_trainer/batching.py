@@ -64,13 +64,13 @@ class SamplePosition:
     def batch_fits(self, batch: int, dataset_len: int) -> bool:
         return self.offset + batch <= dataset_len
 
-    def start_of_next_batch(self, batch: int, dataset_len: int) -> "SamplePosition":
+    def start_of_next_batch(self, batch: int, dataset_len: int) -> SamplePosition:
         """The position a batch of `batch` samples starts at: here, or the next epoch when the rest of this
         one is too short (the tail is dropped, as drop_last does)."""
         if batch > dataset_len:
             raise ValueError(f"global batch {batch} is larger than the data set ({dataset_len} samples)")
         return self if self.batch_fits(batch, dataset_len) else SamplePosition(self.epoch + 1, 0)
 
-    def after_batch(self, batch: int, dataset_len: int) -> "SamplePosition":
+    def after_batch(self, batch: int, dataset_len: int) -> SamplePosition:
         start = self.start_of_next_batch(batch, dataset_len)
         return SamplePosition(start.epoch, start.offset + batch)

@@ -14,6 +14,7 @@ import platform
 import socket
 import statistics
 import time
+from typing import cast
 
 import torch
 import torch.distributed as dist
@@ -24,7 +25,7 @@ from .ddp_model import autocast_context
 from .distributed_env import DistEnv, choose_backend, choose_device, init_process_group
 from .progress_log import Identity
 from .trainer import Trainer, make_optimizer
-from .workloads import build_workload
+from .workloads import IndexableTensors, build_workload
 
 # Per-rank batch per workload and preset: large enough to keep a GPU busy, small enough for a CPU test.
 BATCH = {"tiny": {"digits": 64, "cnn": 32, "gpt": 8}, "small": {"digits": 1024, "cnn": 256, "gpt": 16}}
@@ -162,8 +163,8 @@ def bench_workload(name: str, args, env: DistEnv, device: torch.device) -> dict:
         "parameters": sum(p.numel() for p in trainer.ddp.module.parameters()),
     }
     if name == "gpt":
-        seq_len = trainer.workload.train_set.inputs.shape[1]
-        result["tokens_per_second"] = h * seq_len
+        tokens = cast(IndexableTensors, trainer.workload.train_set)  # what the gpt workload builds
+        result["tokens_per_second"] = h * tokens.inputs.shape[1]
     if device.type == "cuda" and trainer.workload.flops_per_sample:
         result["mfu"] = h * trainer.workload.flops_per_sample / env.world_size / (args.peak_tflops * 1e12)
         result["peak_memory_bytes"] = torch.cuda.max_memory_allocated(device)

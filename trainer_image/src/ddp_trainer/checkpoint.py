@@ -69,7 +69,7 @@ class CheckpointStore:
         return final
 
     def newest_valid(self) -> tuple[Path, dict] | None:
-        for step, path in reversed(self.list_steps()):
+        for _step, path in reversed(self.list_steps()):
             state = self.load(path)
             if state is not None:
                 return path, state

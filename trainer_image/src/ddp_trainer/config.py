@@ -8,6 +8,7 @@ import argparse
 import dataclasses
 import os
 import typing
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 ENV_PREFIX = "DDP_TRAINER_"
@@ -125,7 +126,7 @@ def parse_value(kind: type, text: str, where: str):
 
 def _leaf_fields(cls) -> list[tuple[str | None, dataclasses.Field, type]]:
     hints = typing.get_type_hints(cls)
-    out = []
+    out: list[tuple[str | None, dataclasses.Field, type]] = []
     for f in dataclasses.fields(cls):
         kind = hints[f.name]
         if dataclasses.is_dataclass(kind):
@@ -136,7 +137,7 @@ def _leaf_fields(cls) -> list[tuple[str | None, dataclasses.Field, type]]:
     return out
 
 
-def parse_config(argv: list[str] | None = None, environ: dict[str, str] | None = None) -> Config:
+def parse_config(argv: list[str] | None = None, environ: Mapping[str, str] | None = None) -> Config:
     environ = os.environ if environ is None else environ
     cfg = Config()
     parser = argparse.ArgumentParser(prog="ddp_trainer", description="torchrun DDP trainer harness")

@@ -4,12 +4,13 @@ options, the bf16 gradient compression hook, and torch.compile last so it compil
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable
+from typing import Any
 
 import torch
 from torch import nn
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.nn.parallel import DistributedDataParallel as DDP
-
 
 SYNC_BATCHNORM_ON_CPU = "--ddp.sync-batchnorm ignored: SyncBatchNorm only works on CUDA; using plain BatchNorm"
 
@@ -22,7 +23,7 @@ def use_sync_batchnorm(requested: bool, device: torch.device) -> tuple[bool, str
     return requested, None
 
 
-def wrap_model(model: nn.Module, device: torch.device, ddp_cfg, warn=print) -> tuple[DDP, nn.Module]:
+def wrap_model(model: nn.Module, device: torch.device, ddp_cfg, warn=print) -> tuple[DDP, Callable[..., Any]]:
     """Returns (the DDP module to train, the compiled module to call); they are the same object unless
     compiled."""
     sync_bn, warning = use_sync_batchnorm(ddp_cfg.sync_batchnorm, device)

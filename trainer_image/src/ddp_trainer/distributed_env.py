@@ -6,6 +6,7 @@ import os
 import time
 from dataclasses import dataclass
 from datetime import timedelta
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -22,7 +23,7 @@ class DistEnv:
     restart_count: int  # torchrun's in-place restarts (TORCHELASTIC_RESTART_COUNT)
 
     @classmethod
-    def from_environ(cls, environ=None) -> "DistEnv":
+    def from_environ(cls, environ=None) -> DistEnv:
         env = os.environ if environ is None else environ
         missing = [k for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT") if k not in env]
         if missing:
@@ -78,7 +79,7 @@ def init_process_group(env: DistEnv, device: torch.device) -> float:
     """Join the group and return how long it took (the rendezvous part of a recovery)."""
     started = time.monotonic()
     timeout = collective_timeout()
-    kwargs = {"backend": choose_backend(), "timeout": timeout}
+    kwargs: dict[str, Any] = {"backend": choose_backend(), "timeout": timeout}
     store = attempt_store(env, timeout)
     if store is not None:
         kwargs.update(store=store, rank=env.rank, world_size=env.world_size)

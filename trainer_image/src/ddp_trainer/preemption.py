@@ -11,7 +11,7 @@ class PreemptionFlag:
         self.requested = False
         self.signal_name = ""
 
-    def install(self) -> "PreemptionFlag":
+    def install(self) -> PreemptionFlag:
         signal.signal(signal.SIGTERM, self._handle)
         return self
 

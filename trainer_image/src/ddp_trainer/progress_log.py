@@ -15,7 +15,7 @@ class Identity:
     rank: int
 
     @classmethod
-    def from_environ(cls, rank: int, environ=None) -> "Identity":
+    def from_environ(cls, rank: int, environ=None) -> Identity:
         env = os.environ if environ is None else environ
         attempt = env.get("DDPJOB_ATTEMPT") or env.get("TORCHELASTIC_RESTART_COUNT") or "0"
         return cls(job=env.get("DDPJOB_NAME") or "local", attempt=attempt, rank=rank)

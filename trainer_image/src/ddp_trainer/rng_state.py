@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import random
+from typing import cast
 
 import numpy as np
 import torch
 
 
 def capture_rng() -> dict:
-    kind, keys, pos, has_gauss, cached = np.random.get_state()
+    # legacy=True (the default) returns the MT19937 tuple; the dict form is for other bit generators.
+    kind, keys, pos, has_gauss, cached = cast(tuple[str, np.ndarray, int, int, float], np.random.get_state())
     state = {
         "torch": torch.get_rng_state(),
         "python": random.getstate(),

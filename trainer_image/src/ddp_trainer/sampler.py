@@ -29,20 +29,22 @@ class GlobalBatchSampler(DistributedSampler):
     ):
         super().__init__(dataset, num_replicas=world_size, rank=rank, shuffle=shuffle, seed=seed, drop_last=True)
         self.global_batch = global_batch
-        self.start = start.start_of_next_batch(global_batch, len(dataset))
+        # Map-style, fixed length (DistributedSampler reads it once too); torch's Dataset type declares no len.
+        self.dataset_size = len(dataset)
+        self.start = start.start_of_next_batch(global_batch, self.dataset_size)
         self.set_epoch(self.start.epoch)
 
     def epoch_order(self, epoch: int) -> list[int]:
         if not self.shuffle:
-            return list(range(len(self.dataset)))
+            return list(range(self.dataset_size))
         generator = torch.Generator()
         generator.manual_seed(self.seed + epoch)  # the same rule as DistributedSampler
-        return torch.randperm(len(self.dataset), generator=generator).tolist()
+        return torch.randperm(self.dataset_size, generator=generator).tolist()
 
     def __iter__(self) -> Iterator[list[int]]:
         """Endless: the trainer stops after its step count. set_epoch is called as each epoch begins, so a
         DataLoader worker that copied this object still follows the epoch sequence from the start position."""
-        position, n = self.start, len(self.dataset)
+        position, n = self.start, self.dataset_size
         share = rank_slice(self.global_batch, self.num_replicas, self.rank)
         while True:
             position = position.start_of_next_batch(self.global_batch, n)
@@ -55,4 +57,4 @@ class GlobalBatchSampler(DistributedSampler):
                 position = SamplePosition(position.epoch, position.offset + self.global_batch)
 
     def __len__(self) -> int:
-        return len(self.dataset) // self.global_batch
+        return self.dataset_size // self.global_batch

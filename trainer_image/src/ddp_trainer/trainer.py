@@ -6,7 +6,9 @@ from __future__ import annotations
 import contextlib
 import signal
 import time
+from collections.abc import Sized
 from pathlib import Path
+from typing import cast
 
 import torch
 import torch.distributed as dist
@@ -121,7 +123,7 @@ class Trainer:
             t3 = time.perf_counter()
             self.step += 1
             self.samples += self.global_batch
-            self.position = self.position.after_batch(self.global_batch, len(self.workload.train_set))
+            self.position = self.position.after_batch(self.global_batch, len(cast(Sized, self.workload.train_set)))
             window_steps += 1
             self._observe_phases(t1 - t0, t2 - t1, t3 - t2)
             if self.step % cfg.log.every_steps == 0 or self.step == cfg.train.steps:
@@ -175,7 +177,7 @@ class Trainer:
         scale = loss_scale(self.env.world_size, self.global_batch)
         sizes = split_sizes(len(inputs), k)
         total = torch.zeros((), device=self.device)
-        for i, (x, y) in enumerate(zip(inputs.split(sizes), targets.split(sizes))):
+        for i, (x, y) in enumerate(zip(inputs.split(sizes), targets.split(sizes), strict=True)):
             # Until the static graph is recorded every micro-batch syncs: more traffic on one step, same result,
             # since DDP's averaging is linear in the gradients.
             with contextlib.nullcontext() if i == k - 1 or not self.graph_recorded else self.ddp.no_sync():

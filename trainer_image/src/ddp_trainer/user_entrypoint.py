@@ -22,6 +22,7 @@ def load_entrypoint(spec: str):
         if not path.is_file():
             raise EntrypointError(f"--entrypoint {spec!r}: script {path} does not exist")
         module_spec = importlib.util.spec_from_file_location(f"ddp_trainer_user_{path.stem}", path)
+        assert module_spec is not None and module_spec.loader is not None  # a .py path gets a source loader
         module = importlib.util.module_from_spec(module_spec)
         module_spec.loader.exec_module(module)
         function = function or DEFAULT_FUNCTION

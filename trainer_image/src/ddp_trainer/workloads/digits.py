@@ -11,6 +11,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
+
 from . import IndexableTensors, Workload
 
 TEST_FRACTION = 0.2
