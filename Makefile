@@ -9,14 +9,22 @@ KUBECONFIG_LOCAL := $(ROOT)/.local-cluster/kubeconfig
 NODES ?= 4
 GPUS_PER_NODE ?= 8
 PYTEST_ARGS ?=
+UPGRADE ?= 0
+UPGRADE_PACKAGE ?=
 
-.PHONY: help setup tools cluster-up cluster-down cluster-status test test-unit test-integration test-trainer test-e2e test-chart test-chaos demo operator bench lint
+.PHONY: help setup venv lock tools cluster-up cluster-down cluster-status test test-unit test-integration test-trainer test-e2e test-chart test-chaos demo operator bench lint
 
 help: ## Show this help
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  \033[36m%-18s\033[0m %s\n", $$1, $$2}'
 
 setup: ## Create the venv, install Python deps and build the Go tools (idempotent)
 	@bash hack/setup.sh
+
+venv: ## Create the venv and install the Python deps only, no Go tools (idempotent)
+	@SKIP_TOOLS=1 bash hack/setup.sh
+
+lock: venv ## Regenerate hack/requirements.lock (hashed) and trainer_image/constraints.txt; UPGRADE=1 moves every pin
+	@UPGRADE=$(UPGRADE) UPGRADE_PACKAGE=$(UPGRADE_PACKAGE) bash hack/lock.sh
 
 tools: ## Build the pinned kube-apiserver, controller-manager, scheduler, kubectl, etcd, kwok, helm into .cache/bin
 	@bash hack/build-tools.sh

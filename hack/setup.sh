@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Idempotent set-up: the project venv with both packages (editable) and the test deps, then the Go-built tools.
+# Idempotent set-up: the project venv with exactly the Python lock (hack/requirements.lock, hashes checked) and
+# both packages (editable, no deps of their own), then the Go-built tools.
 # A second run only checks stamps, so it takes seconds.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -7,16 +8,20 @@ cd "$root"
 PY=${PYTHON:-python3.11}
 venv="$root/.venv"
 stamp="$venv/.deps.stamp"
-want=$(cat operator/pyproject.toml trainer_image/pyproject.toml hack/requirements-dev.txt | sha256sum | cut -c1-16)
+lock=hack/requirements.lock
+# The pyprojects count too: they hold the editable packages' entry points.
+want=$(cat "$lock" operator/pyproject.toml trainer_image/pyproject.toml | sha256sum | cut -c1-16)
 
 if [[ ! -x "$venv/bin/python" ]]; then
   echo ">> creating $venv"
   "$PY" -m venv "$venv"
 fi
 if [[ ! -f "$stamp" || "$(cat "$stamp")" != "$want" ]]; then
-  echo ">> installing Python deps (torch is large on a fresh machine; pip's cache makes later runs fast)"
-  "$venv/bin/pip" install -q --upgrade pip
-  "$venv/bin/pip" install -q -e operator -e trainer_image -r hack/requirements-dev.txt
+  echo ">> installing $lock (torch is large on a fresh machine; pip's cache makes later runs fast)"
+  # Every package pinned with its hashes, pip and setuptools included: pip refuses anything unlisted or altered.
+  "$venv/bin/pip" install -q --require-hashes -r "$lock"
+  # The two local packages: their deps are in the lock; setuptools (locked above) builds them in place.
+  "$venv/bin/pip" install -q --no-deps --no-build-isolation -e operator -e trainer_image
   echo "$want" >"$stamp"
 fi
 
