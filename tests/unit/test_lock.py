@@ -67,21 +67,51 @@ LOCKED = {"torch": "2.15.0", "nvidia-cuda-runtime": "13.2.86", "nvidia-cudnn-cu1
     "name, dockerfile, locked, want",
     [
         ("in step", "FROM pytorch/pytorch:2.15.0-cuda13.2-cudnn9-runtime\n", LOCKED, []),
-        ("local version of the same torch", "FROM pytorch/pytorch:2.15.0-cuda13.2-cudnn9-runtime\n",
-         {**LOCKED, "torch": "2.15.0+cu132"}, []),
-        ("CUDA 12 wheel names", "FROM pytorch/pytorch:2.5.1-cuda12.4-cudnn9-runtime\n",
-         {"torch": "2.5.1", "nvidia-cuda-runtime-cu12": "12.4.127", "nvidia-cudnn-cu12": "9.1.0.70"}, []),
-        ("torch bumped in the lock only", "FROM pytorch/pytorch:2.14.0-cuda13.2-cudnn9-runtime\n", LOCKED,
-         ["base image has torch 2.14.0, the lock has torch 2.15.0"]),
-        ("another CUDA variant", "FROM pytorch/pytorch:2.15.0-cuda12.8-cudnn9-runtime\n", LOCKED,
-         ["base image has CUDA 12.8, the lock's nvidia-cuda-runtime is 13.2.86"]),
-        ("another cuDNN major", "FROM pytorch/pytorch:2.15.0-cuda13.2-cudnn8-runtime\n", LOCKED,
-         ["base image has cuDNN 8, the lock's nvidia-cudnn is 9.26.0.51"]),
-        ("a CPU-only lock", "FROM pytorch/pytorch:2.15.0-cuda13.2-cudnn9-runtime\n", {"torch": "2.15.0"},
-         ["base image has CUDA 13.2, the lock's nvidia-cuda-runtime is missing",
-          "base image has cuDNN 9, the lock's nvidia-cudnn is missing"]),
-        ("not a pytorch/pytorch runtime tag", "FROM python:3.11-slim\n", LOCKED,
-         ["the Dockerfile's base is not pytorch/pytorch:<torch>-cuda<X.Y>-cudnn<N>-runtime"]),
+        (
+            "local version of the same torch",
+            "FROM pytorch/pytorch:2.15.0-cuda13.2-cudnn9-runtime\n",
+            {**LOCKED, "torch": "2.15.0+cu132"},
+            [],
+        ),
+        (
+            "CUDA 12 wheel names",
+            "FROM pytorch/pytorch:2.5.1-cuda12.4-cudnn9-runtime\n",
+            {"torch": "2.5.1", "nvidia-cuda-runtime-cu12": "12.4.127", "nvidia-cudnn-cu12": "9.1.0.70"},
+            [],
+        ),
+        (
+            "torch bumped in the lock only",
+            "FROM pytorch/pytorch:2.14.0-cuda13.2-cudnn9-runtime\n",
+            LOCKED,
+            ["base image has torch 2.14.0, the lock has torch 2.15.0"],
+        ),
+        (
+            "another CUDA variant",
+            "FROM pytorch/pytorch:2.15.0-cuda12.8-cudnn9-runtime\n",
+            LOCKED,
+            ["base image has CUDA 12.8, the lock's nvidia-cuda-runtime is 13.2.86"],
+        ),
+        (
+            "another cuDNN major",
+            "FROM pytorch/pytorch:2.15.0-cuda13.2-cudnn8-runtime\n",
+            LOCKED,
+            ["base image has cuDNN 8, the lock's nvidia-cudnn is 9.26.0.51"],
+        ),
+        (
+            "a CPU-only lock",
+            "FROM pytorch/pytorch:2.15.0-cuda13.2-cudnn9-runtime\n",
+            {"torch": "2.15.0"},
+            [
+                "base image has CUDA 13.2, the lock's nvidia-cuda-runtime is missing",
+                "base image has cuDNN 9, the lock's nvidia-cudnn is missing",
+            ],
+        ),
+        (
+            "not a pytorch/pytorch runtime tag",
+            "FROM python:3.11-slim\n",
+            LOCKED,
+            ["the Dockerfile's base is not pytorch/pytorch:<torch>-cuda<X.Y>-cudnn<N>-runtime"],
+        ),
     ],
 )
 def test_tag_drift(name, dockerfile, locked, want):
@@ -109,8 +139,14 @@ def test_lock_is_not_older_than_its_inputs():
     recorded = re.search(r"^# inputs-sha256: ([0-9a-f]{16})$", LOCK.read_text(), re.MULTILINE)
     assert recorded, "hack/requirements.lock has no inputs-sha256 header line"
     # lock.sh itself says what the inputs' digest is now (it exits before resolving anything).
-    now = subprocess.run(["bash", str(ROOT / "hack" / "lock.sh")], env={**os.environ, "PRINT_INPUTS_DIGEST": "1"},
-                         capture_output=True, text=True, timeout=30, check=True).stdout.strip()
+    now = subprocess.run(
+        ["bash", str(ROOT / "hack" / "lock.sh")],
+        env={**os.environ, "PRINT_INPUTS_DIGEST": "1"},
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=True,
+    ).stdout.strip()
     assert recorded.group(1) == now, (
         "hack/requirements.lock is older than the pyprojects or hack/requirements-dev.txt: run `make lock`"
     )
