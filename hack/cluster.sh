@@ -122,9 +122,11 @@ cmdline() {
       --authentication-kubeconfig=$dir/scheduler.kubeconfig --authorization-kubeconfig=$dir/scheduler.kubeconfig \
       --bind-address=127.0.0.1 --secure-port=$SCHED_PORT --leader-elect=false --kube-api-qps=300 --kube-api-burst=600 \
       --profiling=false --v=1" ;;
+    # Simulated pods and nodes get loopback addresses: a progress scrape of a kwok pod's metrics port stays on this
+    # machine (and is refused at once) instead of going to a private-range address.
     kwok) echo "$bin/kwok --kubeconfig=$dir/kwok.kubeconfig --config=$root/hack/kwok-stages.yaml \
       --manage-all-nodes=false --manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake \
-      --node-lease-duration-seconds=40 --cidr=10.244.0.0/16 --node-ip=10.0.0.1 --server-address=127.0.0.1:$KWOK_PORT" ;;
+      --node-lease-duration-seconds=40 --cidr=127.244.0.0/16 --node-ip=127.0.0.1 --server-address=127.0.0.1:$KWOK_PORT" ;;
     *) echo "unknown component $1" >&2; return 1 ;;
   esac
 }

@@ -47,4 +47,4 @@ def namespace(cluster, request):
         lambda: cluster.kubectl("-n", name, "get", "serviceaccount", "default", check=False).returncode == 0,
         timeout=30, what=f"default ServiceAccount in {name}")
     yield name
-    cluster.kubectl("delete", "namespace", name, "--wait=false", check=False)
+    local_cluster.delete_namespace(cluster, name)

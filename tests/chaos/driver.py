@@ -94,11 +94,9 @@ class WorkloadDriver:
             return
         if run.injected < len(script.faults):
             pods = self.rec.running_pods(script.name, run.attempt)
-            # Open gap (README, Reliability): by the planner's logic a pod deleted before the operator recorded
-            # its attempt as launched is re-created into the same attempt, not counted as a failure; kills
-            # between pod creation and that status write widen the window, so faults wait for the record.
-            if len(pods) < script.replicas or view.status.get("attempt") != run.attempt or \
-                    view.status.get("launchedAttempt") != run.attempt:
+            # A fault lands as soon as the attempt's pods run, whatever the operator has written so far: the pods'
+            # tracking finalizer makes a pod deleted before the launch is recorded count all the same.
+            if len(pods) < script.replicas or view.status.get("attempt") != run.attempt:
                 return
             fault = script.faults[run.injected]
             if fault.kind == f.NODE_LOST:

@@ -20,7 +20,7 @@ from pathlib import Path
 import yaml
 
 from chart_tools import CHART, ROOT, helm, set_flags
-from support.cluster import Cluster, wait_until
+from support.cluster import Cluster, delete_namespace, wait_until
 
 RELEASE = "ddpjob"
 
@@ -144,4 +144,4 @@ def stop(run: OperatorRun) -> None:
     helm("uninstall", RELEASE, "--namespace", run.release_namespace, "--wait", check=False,
          kubeconfig=run.cluster.kubeconfig)
     for ns in (run.watch_namespace, run.release_namespace):
-        run.cluster.kubectl("delete", "namespace", ns, "--wait=false", check=False)
+        delete_namespace(run.cluster, ns)

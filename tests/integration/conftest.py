@@ -10,7 +10,7 @@ import uuid
 
 import pytest
 
-from support.cluster import wait_until
+from support.cluster import delete_namespace, wait_until
 from support.operator import OperatorProcess, install_crds
 
 from namespaced_kubectl import Kube
@@ -44,7 +44,7 @@ def op_namespace(cluster, crds, request):
     # Jobs first: if the namespace controller removed pods before their job, the operator would restart groups
     # of a test that is over (and count it in the metrics of the next one).
     cluster.kubectl("-n", name, "delete", "ddpjobs", "--all", "--wait=true", "--timeout=30s", check=False)
-    cluster.kubectl("delete", "namespace", name, "--wait=false", check=False)
+    delete_namespace(cluster, name)
 
 
 class OperatorView:

@@ -107,7 +107,8 @@ class PodBuilder:
             "metadata": {"name": api.worker_name(job, index), "namespace": NS, "uid": f"pod-{index}-{attempt}",
                          "labels": {api.LABEL_JOB_NAME: job, api.LABEL_REPLICA_INDEX: str(index),
                                     api.LABEL_ATTEMPT: str(attempt)},
-                         "ownerReferences": [{"uid": UID, "controller": True}]},
+                         "ownerReferences": [{"uid": UID, "controller": True}],
+                         "finalizers": [api.TRACKING_FINALIZER], "creationTimestamp": ago(900)},
             "spec": {"nodeName": "node-0", "containers": [{"name": "trainer", "image": "x"}]},
             "status": {"phase": "Running"},
         }
@@ -137,6 +138,14 @@ class PodBuilder:
 
     def evicted(self) -> PodBuilder:
         self.obj["status"] = {"phase": "Failed", "reason": "Evicted", "message": "The node was low on memory."}
+        return self
+
+    def created(self, seconds_ago: float) -> PodBuilder:
+        self.obj["metadata"]["creationTimestamp"] = ago(seconds_ago)
+        return self
+
+    def untracked(self) -> PodBuilder:
+        self.obj["metadata"]["finalizers"] = []
         return self
 
     def terminating(self, since: float = 0) -> PodBuilder:

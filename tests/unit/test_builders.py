@@ -149,3 +149,10 @@ def test_builder_does_not_mutate_the_job():
 def test_selector_and_names():
     assert api.selector("j") == "ddpjob.dev/job-name=j"
     assert api.worker_name("j", 3) == "j-worker-3"
+
+
+def test_the_tests_teardown_frees_the_finalizer_the_builders_put_on_pods():
+    from support.cluster import TRACKING_FINALIZER
+    pod = build_worker_pod(JobRef("a", "ns", "uid"), parse_spec({"replicas": 1, "template": {"spec": {
+        "containers": [{"name": "trainer", "image": "x"}]}}}), index=0, attempt=0, restarts=0)
+    assert pod["metadata"]["finalizers"] == [TRACKING_FINALIZER]

@@ -25,16 +25,44 @@ def reasons(plan):
     return [e.reason for e in plan.events]
 
 
-def test_new_job_gets_service_pods_and_initial_status():
+def test_new_job_gets_service_and_pods_and_defers_its_status():
     plan = plan_for(make_job("a").replicas(2).gpus(4), service=False)
     assert plan.create_service["metadata"]["name"] == "a"
     assert created(plan) == [("a-worker-0", "0"), ("a-worker-1", "0")]
+    assert all(p["metadata"]["finalizers"] == ["ddpjob.dev/pod-tracking"] for p in plan.create_pods)
+    # The status is planned (a rejected pod's verdict builds on it) but written by the pass that sees the pods.
+    assert plan.defer_status
     s = plan.status
     assert (s["phase"], s["attempt"], s["restarts"], s["replicas"], s["worldSize"]) == ("Pending", 0, 0, 2, 8)
-    assert (s["selector"], s["readyText"], s["launchedAttempt"]) == ("ddpjob.dev/job-name=a", "0/2", 0)
-    assert s["startTime"] == ago(0)
-    assert reasons(plan) == ["CreatedPods"]
-    assert [o.metric for o in plan.observations] == ["jobs_created", "pods_created"]
+    assert "launchedAttempt" not in s
+    assert reasons(plan) == []
+
+
+def test_pods_seen_running_write_one_status_and_one_event():
+    job = make_job("a").replicas(2)
+    pods = [make_pod("a", i).created(3).build() for i in range(2)]
+    plan = plan_for(job, pods)
+    s = plan.status
+    assert not plan.defer_status
+    assert (s["phase"], s["launchedAttempt"], s["readyText"], s["startTime"]) == ("Running", 0, "2/2", ago(3))
+    assert reasons(plan) == ["Running"]
+    assert plan.events[0].message == "created 2 pods for attempt 0; all are running"
+    assert [o.metric for o in plan.observations] == ["jobs_created", "time_to_all_running"]
+
+
+@pytest.mark.parametrize("name, age, want_deferred, want_requeue, want_reasons", [
+    ("young pending pods wait for the settle time", 2, True, 3.0, []),
+    ("pods pending past the settle time are reported", 5, False, None, ["CreatedPods"]),
+])
+def test_pending_pods_settle_before_the_status_is_written(name, age, want_deferred, want_requeue, want_reasons):
+    pods = [make_pod("a", 0).created(age).build(), make_pod("a", 1).created(age).pending().build()]
+    plan = plan_for(make_job("a").replicas(2), pods)
+    assert plan.defer_status is want_deferred, name
+    assert plan.requeue_after == want_requeue, name
+    assert reasons(plan) == want_reasons, name
+    if not want_deferred:
+        assert (plan.status["phase"], plan.status["launchedAttempt"]) == ("Pending", 0)
+        assert plan.events[0].message == "created 2 pods for attempt 0: a-worker-0, a-worker-1"
 
 
 def test_all_pods_running_makes_the_job_running_once():
@@ -44,6 +72,7 @@ def test_all_pods_running_makes_the_job_running_once():
     assert plan.status["phase"] == "Running"
     assert plan.status["readyText"] == "2/2"
     assert reasons(plan) == ["Running"]
+    assert plan.events[0].message == "all 2 pods of attempt 0 are running"
     assert [o.metric for o in plan.observations] == ["time_to_all_running"]
     assert plan.observations[0].value == 60.0
 
@@ -100,6 +129,7 @@ def test_next_pass_deletes_old_attempt_then_creates_new_one():
     old = [make_pod("a", 0, 0).build(), make_pod("a", 1, 0).failed(1).build()]
     plan = plan_for(job, old)
     assert plan.delete_pods == ["a-worker-0", "a-worker-1"]
+    assert plan.release_pods == ["a-worker-0", "a-worker-1"], "their outcome is in status: the finalizers go"
     assert created(plan) == []  # names still taken
     assert plan.requeue_after == 1.0
     plan = plan_for(job, [make_pod("a", 1, 0).terminating().build()])
@@ -179,6 +209,7 @@ def test_clean_pod_policy_on_finish(name, policy, want_deleted):
                                                                                completionTime=ago(1))
     plan = plan_for(job, [make_pod("a", 0).failed(1).build(), make_pod("a", 1).build()])
     assert plan.delete_pods == want_deleted, name
+    assert plan.release_pods == ["a-worker-0", "a-worker-1"], name
     assert plan.create_pods == []
 
 
@@ -242,3 +273,53 @@ def test_foreign_pod_with_the_label_of_an_earlier_attempt_is_deleted_not_counted
     job = make_job("a").replicas(1).running(attempt=2)
     plan = plan_for(job, [make_pod("a", 0, 2).build(), make_pod("a", 5, 2).build()])
     assert plan.delete_pods == ["a-worker-5"]
+
+
+@pytest.mark.parametrize("name, pods, want_released", [
+    ("current attempt keeps its finalizers", [make_pod("a", 0, 1), make_pod("a", 1, 1)], []),
+    ("a deleted pod of the current attempt keeps it until the restart is written",
+     [make_pod("a", 0, 1), make_pod("a", 1, 1).terminating()], []),
+    ("an earlier attempt's pods lose it", [make_pod("a", 0, 0).terminating(), make_pod("a", 1, 0)],
+     ["a-worker-0", "a-worker-1"]),
+    ("a pod without it is left alone", [make_pod("a", 0, 0).untracked()], []),
+])
+def test_tracking_finalizer_is_released_only_after_the_status_moved_past_the_pod(name, pods, want_released):
+    job = make_job("a").replicas(2).restart_backoff(0).running(attempt=1, restarts=1)
+    plan = plan_for(job, [p.build() for p in pods])
+    assert plan.release_pods == want_released, name
+
+
+def test_orphaned_pods_of_a_deleted_job_are_released():
+    from ddpjob_operator.planner import plan_release_orphans
+    plan = plan_release_orphans([make_pod("a", 0).terminating().build(), make_pod("a", 1).untracked().build()])
+    assert plan.release_pods == ["a-worker-0"]
+    assert (plan.status, plan.create_pods, plan.delete_pods) == (None, [], [])
+
+
+@pytest.mark.parametrize("name, old, scraped, want_written", [
+    ("a new step is written", {"step": 10, "updateTime": ago(10)}, {"step": 20, "updateTime": ago(0)}, True),
+    ("the same step writes nothing", {"step": 10, "updateTime": ago(10)}, {"step": 10, "updateTime": ago(0)}, False),
+    ("a first scrape is written", None, {"step": 1, "updateTime": ago(0)}, True),
+])
+def test_progress_is_written_only_when_it_moved(name, old, scraped, want_written):
+    import dataclasses
+
+    from job_builders import observe
+    job = make_job("a").running().status(observedGeneration=1)
+    if old:
+        job = job.status(progress=old)
+    obs = dataclasses.replace(observe(job.build(), running_pods("a", 1)), progress=scraped)
+    plan = plan_reconcile(obs, SETTINGS)
+    assert (plan.status is not None) is want_written, name
+    if want_written:
+        assert plan.status["progress"]["step"] == scraped["step"]
+
+
+def test_running_job_with_a_metrics_port_is_requeued_for_progress():
+    job = make_job("a").running().status(observedGeneration=1)
+    pod = make_pod("a", 0).build()
+    pod["spec"]["containers"][0]["ports"] = [{"name": "metrics", "containerPort": 9400}]
+    pod["status"]["podIP"] = "127.0.1.5"
+    settings = PlannerSettings(progress_interval_seconds=7)
+    assert plan_reconcile(observe(job.build(), [pod]), settings).requeue_after == 7
+    assert plan_reconcile(observe(job.build(), running_pods("a", 1)), settings).requeue_after is None

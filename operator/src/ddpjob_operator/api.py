@@ -20,6 +20,9 @@ GPU_RESOURCE = "nvidia.com/gpu"
 RENDEZVOUS_PORT_NAME = "rendezvous"
 METRICS_PORT_NAME = "metrics"
 TERMINATION_LOG = "/dev/termination-log"
+# On every worker pod: a pod of the current attempt cannot vanish before the operator has seen it go (and counted
+# the failure), even if the operator is down at that moment. Released once the status has moved past the pod.
+TRACKING_FINALIZER = "ddpjob.dev/pod-tracking"
 
 
 def worker_name(job: str, index: int) -> str:

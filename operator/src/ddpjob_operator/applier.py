@@ -1,6 +1,7 @@
 """Carries out a Plan with the kubernetes client, in the order the Plan documents. Every call is idempotent:
 deletions carry a uid precondition (never the pod of a newer attempt that reuses the name), and creations
-treat AlreadyExists as done."""
+treat AlreadyExists as done. Each write that succeeds is recorded in the Expectations, so the next pass waits
+until the watch cache shows it."""
 
 from __future__ import annotations
 
@@ -12,10 +13,12 @@ from datetime import datetime
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from . import api
-from .kube import REQUEST_TIMEOUT, reason_of, status_of
+from . import api, metrics
+from .expectations import Expectations
+from .kube import REQUEST_TIMEOUT, body, reason_of, status_of
 from .plan import Observed, Plan
 from .timefmt import format_time
+from .watch_cache import NETWORK_POLICY, SERVICE
 
 log = logging.getLogger("ddpjob.applier")
 
@@ -31,37 +34,51 @@ class ApplyResult:
 
 
 class PlanApplier:
-    def __init__(self, api_client: client.ApiClient):
+    def __init__(self, api_client: client.ApiClient, expectations: Expectations):
         self.core = client.CoreV1Api(api_client)
         self.custom = client.CustomObjectsApi(api_client)
         self.networking = client.NetworkingV1Api(api_client)
+        self.expect = expectations
 
     def apply(self, obs: Observed, plan: Plan) -> ApplyResult:
         meta = obs.job["metadata"]
         ns, name = meta["namespace"], meta["name"]
+        key = (ns, name)
         result = ApplyResult()
         uids = {p["metadata"]["name"]: p["metadata"]["uid"] for p in obs.pods}
         for pod in plan.delete_pods:
-            self._delete_pod(ns, name, pod, uids.get(pod), grace=None)
+            self._delete_pod(key, pod, uids.get(pod), grace=None)
         for pod in plan.force_delete_pods:
-            self._delete_pod(ns, name, pod, uids.get(pod), grace=0)
+            self._delete_pod(key, pod, uids.get(pod), grace=0)
+        by_name = {p["metadata"]["name"]: p for p in obs.pods}
+        for pod in plan.release_pods:
+            self.release_pod(key, by_name[pod])
         if plan.create_service is not None:
-            self._create(lambda: self.core.create_namespaced_service(ns, plan.create_service,
-                                                                     _request_timeout=REQUEST_TIMEOUT))
+            if self._create(lambda: self.core.create_namespaced_service(
+                    ns, plan.create_service, _preload_content=False, _request_timeout=REQUEST_TIMEOUT)):
+                self.expect.created_child(key, SERVICE)
         if plan.create_network_policy is not None:
-            self._create(lambda: self.networking.create_namespaced_network_policy(
-                ns, plan.create_network_policy, _request_timeout=REQUEST_TIMEOUT))
+            if self._create(lambda: self.networking.create_namespaced_network_policy(
+                    ns, plan.create_network_policy, _preload_content=False, _request_timeout=REQUEST_TIMEOUT)):
+                self.expect.created_child(key, NETWORK_POLICY)
         for pod in plan.create_pods:
             pod_name = pod["metadata"]["name"]
             try:
-                if self._create(lambda: self.core.create_namespaced_pod(ns, pod, _request_timeout=REQUEST_TIMEOUT)):
-                    result.created_pods += 1
-                    log.info("created pod", extra={"job": f"{ns}/{name}", "pod": pod_name,
-                                                  "attempt": pod["metadata"]["labels"][api.LABEL_ATTEMPT]})
+                created = self._create(lambda: self.core.create_namespaced_pod(
+                    ns, pod, _preload_content=False, _request_timeout=REQUEST_TIMEOUT))
             except ApiException as exc:
                 result.rejected.append((pod_name, status_of(exc), reason_of(exc)))
+                continue
+            if created is not None:
+                result.created_pods += 1
+                metrics.PODS_CREATED.inc()
+                self.expect.created_pod(key, body(created)["metadata"]["uid"])
+                log.info("created pod", extra={"job": f"{ns}/{name}", "pod": pod_name,
+                                              "attempt": pod["metadata"]["labels"][api.LABEL_ATTEMPT]})
         if result.rejected:
             return result  # the status must not claim pods that do not exist
+        if plan.defer_status:
+            return result  # its events go out with the status, in the pass that writes it
         if plan.status is not None:
             written = self.write_status(obs.job, plan.status, result)
             if not written:
@@ -80,22 +97,24 @@ class PlanApplier:
             # a 409 and the pass is simply re-run on fresh state.
             self.custom.replace_namespaced_custom_object_status(
                 api.GROUP, api.VERSION, meta["namespace"], api.PLURAL, meta["name"], new,
-                _request_timeout=REQUEST_TIMEOUT)
+                _preload_content=False, _request_timeout=REQUEST_TIMEOUT)
         except ApiException as exc:
-            if status_of(exc) == 409:
+            if status_of(exc) == 409:  # the cache was behind: the pass re-runs once the watch catches up
+                self.expect.wrote_status((meta["namespace"], meta["name"]), meta["resourceVersion"])
                 result.conflict = True
                 return False
             if status_of(exc) == 404:
                 result.job_gone = True
                 return False
             raise
+        self.expect.wrote_status((meta["namespace"], meta["name"]), meta["resourceVersion"])
         result.status_written = True
         return True
 
     def post_events(self, job: dict, plan: Plan, now: datetime) -> None:
         meta = job["metadata"]
         for event in plan.events:
-            body = {
+            event_body = {
                 "metadata": {"generateName": f"{meta['name']}.", "namespace": meta["namespace"]},
                 "involvedObject": {"apiVersion": api.API_VERSION, "kind": api.KIND, "name": meta["name"],
                                    "namespace": meta["namespace"], "uid": meta["uid"]},
@@ -104,21 +123,50 @@ class PlanApplier:
                 "source": {"component": api.MANAGED_BY}, "reportingComponent": api.MANAGED_BY,
             }
             try:
-                self.core.create_namespaced_event(meta["namespace"], body, _request_timeout=REQUEST_TIMEOUT)
+                self.core.create_namespaced_event(meta["namespace"], event_body, _preload_content=False,
+                                                  _request_timeout=REQUEST_TIMEOUT)
             except ApiException as exc:
                 # Events are best effort: the status already says the same thing.
                 log.warning("could not post event %s: %s", event.reason, reason_of(exc),
                             extra={"job": f"{meta['namespace']}/{meta['name']}"})
 
-    def _delete_pod(self, ns: str, job: str, pod: str, uid: str | None, grace: int | None) -> None:
+    def _delete_pod(self, key: tuple[str, str], pod: str, uid: str | None, grace: int | None) -> None:
+        ns, job = key
         options = client.V1DeleteOptions(grace_period_seconds=grace,
                                          preconditions=client.V1Preconditions(uid=uid) if uid else None)
         try:
-            self.core.delete_namespaced_pod(pod, ns, body=options, _request_timeout=REQUEST_TIMEOUT)
+            self.core.delete_namespaced_pod(pod, ns, body=options, _preload_content=False,
+                                            _request_timeout=REQUEST_TIMEOUT)
             log.info("force-deleted pod" if grace == 0 else "deleted pod", extra={"job": f"{ns}/{job}", "pod": pod})
         except ApiException as exc:
             if status_of(exc) not in (404, 409):  # gone already, or the name now belongs to a newer pod
                 raise
+            return
+        if uid and grace != 0:
+            self.expect.deleted_pod(key, uid)
+
+    def release_pod(self, key: tuple[str, str], pod: dict) -> None:
+        """Drop the tracking finalizer from the pod as the cache shows it. The JSON patch first tests the uid (never
+        a newer pod that reuses the name) and that our entry is where the cache saw it, then removes only it; if
+        either changed, the API server refuses (422) and a later pass re-plans from the fresh cache."""
+        ns, job = key
+        meta = pod["metadata"]
+        finalizers = meta.get("finalizers") or []
+        if api.TRACKING_FINALIZER not in finalizers:
+            return
+        where = f"/metadata/finalizers/{finalizers.index(api.TRACKING_FINALIZER)}"
+        patch = [{"op": "test", "path": "/metadata/uid", "value": meta["uid"]},
+                 {"op": "test", "path": where, "value": api.TRACKING_FINALIZER},
+                 {"op": "remove", "path": where}]
+        try:
+            self.core.patch_namespaced_pod(meta["name"], ns, patch, _preload_content=False,
+                                           _request_timeout=REQUEST_TIMEOUT)
+        except ApiException as exc:
+            if status_of(exc) not in (404, 409, 422):
+                raise
+            return
+        self.expect.released_pod(key, meta["uid"])
+        log.debug("released tracking finalizer", extra={"job": f"{ns}/{job}", "pod": meta["name"]})
 
     def _delete_job(self, ns: str, name: str, uid: str, result: ApplyResult) -> None:
         options = client.V1DeleteOptions(propagation_policy="Background", preconditions=client.V1Preconditions(uid=uid))
@@ -131,11 +179,11 @@ class PlanApplier:
                 raise
 
     @staticmethod
-    def _create(call) -> bool:
+    def _create(call):
+        """The API server's answer, or None when the object already exists (a create that already happened)."""
         try:
-            call()
-            return True
+            return call()
         except ApiException as exc:
             if status_of(exc) == 409:
-                return False
+                return None
             raise

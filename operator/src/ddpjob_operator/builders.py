@@ -20,7 +20,7 @@ class JobRef:
 
 def owner_reference(job: JobRef) -> dict[str, Any]:
     # controller + blockOwnerDeletion: deleting the job cascades to its pods and Service through the garbage
-    # collector, so no finalizer is needed and nothing is stranded while the operator is down.
+    # collector. The job itself carries no finalizer, so it is never stranded while the operator is down.
     return {"apiVersion": api.API_VERSION, "kind": api.KIND, "name": job.name, "uid": job.uid,
             "controller": True, "blockOwnerDeletion": True}
 
@@ -112,6 +112,8 @@ def build_worker_pod(job: JobRef, spec: JobSpec, *, index: int, attempt: int, re
             "labels": {**(meta.get("labels") or {}), **worker_labels(job.name, index, attempt)},
             "annotations": dict(meta.get("annotations") or {}),
             "ownerReferences": [owner_reference(job)],
+            "finalizers": [*(f for f in meta.get("finalizers") or [] if f != api.TRACKING_FINALIZER),
+                           api.TRACKING_FINALIZER],
         },
         "spec": pod_spec,
     }

@@ -56,6 +56,9 @@ def parse_args(argv: list[str] | None = None) -> OperatorConfig:
                    default=_env_float("DDPJOB_TERMINATING_GRACE_SECONDS", 60),
                    help="force-delete an old pod still Terminating this long past its deadline "
                         "[DDPJOB_TERMINATING_GRACE_SECONDS]")
+    p.add_argument("--launch-settle-seconds", type=float, default=_env_float("DDPJOB_LAUNCH_SETTLE_SECONDS", 5),
+                   help="after creating pods, wait this long for them to run before writing a Pending status "
+                        "[DDPJOB_LAUNCH_SETTLE_SECONDS]")
     a = p.parse_args(argv)
     if a.workers < 1:
         p.error("--workers must be at least 1")
@@ -66,5 +69,7 @@ def parse_args(argv: list[str] | None = None) -> OperatorConfig:
         priority=a.priority, peering=a.peering, verbose=a.verbose, workers=a.workers,
         resync_seconds=a.resync_seconds, progress_interval_seconds=a.progress_interval_seconds,
         planner=PlannerSettings(node_lost_grace_seconds=a.node_lost_grace_seconds,
-                                terminating_grace_seconds=a.terminating_grace_seconds),
+                                terminating_grace_seconds=a.terminating_grace_seconds,
+                                launch_settle_seconds=a.launch_settle_seconds,
+                                progress_interval_seconds=a.progress_interval_seconds),
     )

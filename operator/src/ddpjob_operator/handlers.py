@@ -1,28 +1,31 @@
-"""All kopf wiring. Handlers only enqueue job keys; the work queue runs level-based reconcile passes.
+"""All kopf wiring. Indexes keep what a pass reads in memory (watch_cache.py); handlers only enqueue job keys; the
+work queue runs level-based reconcile passes.
 
-Only on.event handlers are registered: they need no finalizer and kopf writes nothing to the objects (no
-progress annotations, no last-handled-configuration). The safety-net resync is a single loop that lists the
-jobs, not a kopf timer, because kopf adds a finalizer to every object that has a timer, and a finalizer
-would strand jobs whenever the operator is down."""
+No handler here needs a finalizer on a DDPJob, and kopf writes nothing to the objects (no progress annotations, no
+last-handled-configuration). The safety-net resync is a loop over the cached jobs, not a kopf timer, because kopf
+adds a finalizer to every object that has a timer, and a finalizer would strand jobs whenever the operator is
+down. (The worker pods do carry our own tracking finalizer: planner.py says why.)"""
 
 from __future__ import annotations
 
 import asyncio
-import fnmatch
 import logging
 from dataclasses import dataclass, field
+from typing import Any
 
 import kopf
-from kubernetes import client
 
 from . import api
 from .config import OperatorConfig
-from .kube import REQUEST_TIMEOUT, api_client, body
+from .kube import api_client
 from .progress import ProgressScraper
 from .reconciler import Reconciler
+from .watch_cache import NETWORK_POLICY, SERVICE, WatchCache, child_entry, slim_job, slim_node, slim_pod
 from .workqueue import WorkQueue
 
 log = logging.getLogger("ddpjob.handlers")
+
+OURS = {api.LABEL_JOB_NAME: kopf.PRESENT}
 
 
 @dataclass
@@ -30,6 +33,9 @@ class Runtime:
     config: OperatorConfig
     reconciler: Reconciler | None = None
     queue: WorkQueue | None = None
+    cache: WatchCache | None = None
+    pods_by_node: Any = None
+    node_ready: dict[str, Any] = field(default_factory=dict)
     tasks: list[asyncio.Task] = field(default_factory=list)
 
 
@@ -42,8 +48,37 @@ def build_registry(config: OperatorConfig) -> kopf.OperatorRegistry:
         # A private registry gets no default login handler: use the same $KUBECONFIG/in-cluster config as ours.
         return kopf.login_via_client(**kwargs)
 
+    # --- indexes: kopf fills each by a LIST, then keeps it by a watch, and runs no handler before all are filled.
+    @kopf.index(api.GROUP, api.VERSION, api.PLURAL, id="ddpjob_jobs", registry=registry)
+    def ddpjob_jobs(body, namespace, name, **_):
+        return {(namespace, name): slim_job(body)}
+
+    @kopf.index("", "v1", "pods", labels=OURS, id="ddpjob_pods", registry=registry)
+    def ddpjob_pods(body, namespace, labels, **_):
+        return {(namespace, labels[api.LABEL_JOB_NAME]): slim_pod(body)}
+
+    @kopf.index("", "v1", "pods", labels=OURS, id="ddpjob_pods_by_node", registry=registry)
+    def ddpjob_pods_by_node(spec, namespace, labels, **_):
+        node = spec.get("nodeName")
+        return {node: (namespace, labels[api.LABEL_JOB_NAME])} if node else {}
+
+    @kopf.index("", "v1", "nodes", id="ddpjob_nodes", registry=registry)
+    def ddpjob_nodes(body, name, **_):
+        return {name: slim_node(body)}
+
+    @kopf.index("", "v1", "services", labels=OURS, id="ddpjob_services", registry=registry)
+    def ddpjob_services(body, namespace, labels, **_):
+        return {(namespace, labels[api.LABEL_JOB_NAME]): child_entry(SERVICE, body)}
+
+    @kopf.index("networking.k8s.io", "v1", "networkpolicies", labels=OURS, id="ddpjob_network_policies",
+                registry=registry)
+    def ddpjob_network_policies(body, namespace, labels, **_):
+        return {(namespace, labels[api.LABEL_JOB_NAME]): child_entry(NETWORK_POLICY, body)}
+
     @kopf.on.startup(registry=registry)
-    async def startup(settings: kopf.OperatorSettings, **_):
+    async def startup(settings: kopf.OperatorSettings, ddpjob_jobs, ddpjob_pods, ddpjob_pods_by_node, ddpjob_nodes,
+                      ddpjob_services, ddpjob_network_policies, **_):
+        # The indexes are live objects: empty now, filled by kopf before any handler below runs.
         settings.posting.enabled = False  # events are ours, posted after the status write
         settings.persistence.finalizer = "ddpjob.dev/kopf-unused"  # never added: no handler needs one
         settings.watching.server_timeout = 300
@@ -56,7 +91,9 @@ def build_registry(config: OperatorConfig) -> kopf.OperatorRegistry:
         if config.peering:
             settings.peering.name = config.peering
             settings.peering.clusterwide = config.clusterwide
-        rt.reconciler = Reconciler(api_client(pool_size=config.workers + 4), config.planner,
+        rt.cache = WatchCache(ddpjob_jobs, ddpjob_pods, ddpjob_nodes, [ddpjob_services, ddpjob_network_policies])
+        rt.pods_by_node = ddpjob_pods_by_node
+        rt.reconciler = Reconciler(api_client(pool_size=config.workers + 4), rt.cache, config.planner,
                                    ProgressScraper(config.progress_interval_seconds))
         rt.queue = WorkQueue(rt.reconciler.reconcile, workers=config.workers)
         rt.queue.start()
@@ -72,6 +109,7 @@ def build_registry(config: OperatorConfig) -> kopf.OperatorRegistry:
         if rt.queue:
             await rt.queue.stop()
 
+    # --- wake-ups: every change that can alter a job's plan enqueues its key; the pass reads the cache.
     @kopf.on.event(api.GROUP, api.VERSION, api.PLURAL, registry=registry)
     async def job_event(event: dict, name: str, namespace: str, **_):
         if rt.queue is None:
@@ -80,13 +118,29 @@ def build_registry(config: OperatorConfig) -> kopf.OperatorRegistry:
         if event.get("type") == "DELETED":
             rt.queue.forget(key)
             rt.reconciler.forget(key)
-            return
-        rt.queue.add(key)
+        rt.queue.add(key)  # a deleted job's pass frees its pods' tracking finalizers
 
-    @kopf.on.event("", "v1", "pods", labels={api.LABEL_JOB_NAME: kopf.PRESENT}, registry=registry)
-    async def pod_event(labels: dict, namespace: str, **_):
+    @kopf.on.event("", "v1", "pods", labels=OURS, registry=registry)
+    @kopf.on.event("", "v1", "services", labels=OURS, registry=registry)
+    @kopf.on.event("networking.k8s.io", "v1", "networkpolicies", labels=OURS, registry=registry)
+    async def child_event(labels: dict, namespace: str, **_):
         if rt.queue is not None:
-            rt.queue.add((namespace, labels[api.LABEL_JOB_NAME]))
+                rt.queue.add((namespace, labels[api.LABEL_JOB_NAME]))
+
+    @kopf.on.event("", "v1", "nodes", registry=registry)
+    async def node_event(event: dict, name: str, **_):
+        """Only a change of a node's readiness matters, and only to the jobs with pods on it."""
+        if rt.queue is None:
+            return
+        ready = None if event.get("type") == "DELETED" else slim_node(event.get("object") or {})["status"]
+        if rt.node_ready.get(name) == ready:
+            return
+        rt.node_ready[name] = ready
+        if ready is None:
+            rt.node_ready.pop(name, None)
+        if name in rt.pods_by_node:
+            for key in set(rt.pods_by_node[name]):
+                rt.queue.add(key)
 
     @kopf.on.probe(id="queued", registry=registry)
     async def queued(**_):
@@ -96,31 +150,8 @@ def build_registry(config: OperatorConfig) -> kopf.OperatorRegistry:
 
 
 async def _resync_forever(rt: Runtime) -> None:
-    custom = client.CustomObjectsApi(api_client(pool_size=2))
+    """The safety net: every cached job is planned again every resync period, without asking the API server."""
     while True:
-        try:
-            for namespace, name in await asyncio.to_thread(_list_jobs, custom, rt.config.namespaces):
-                rt.queue.add((namespace, name))
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:  # the apiserver may be down; the next round tries again
-            log.warning("resync could not list jobs: %s", exc)
         await asyncio.sleep(rt.config.resync_seconds)
-
-
-def _list_jobs(custom: client.CustomObjectsApi, namespaces: tuple[str, ...]) -> list[tuple[str, str]]:
-    """Every job in scope. Namespace globs (kopf accepts `team-*`) are listed cluster-wide and filtered here."""
-    globbed = any(ch in ns for ns in namespaces for ch in "*?[")
-    if namespaces and not globbed:
-        items = []
-        for ns in namespaces:
-            items += body(custom.list_namespaced_custom_object(
-                api.GROUP, api.VERSION, ns, api.PLURAL, _preload_content=False,
-                _request_timeout=REQUEST_TIMEOUT))["items"]
-    else:
-        items = body(custom.list_cluster_custom_object(api.GROUP, api.VERSION, api.PLURAL, _preload_content=False,
-                                                       _request_timeout=REQUEST_TIMEOUT))["items"]
-    keys = [(j["metadata"]["namespace"], j["metadata"]["name"]) for j in items]
-    if globbed:
-        keys = [k for k in keys if any(fnmatch.fnmatchcase(k[0], ns) for ns in namespaces)]
-    return keys
+        for key in rt.cache.job_keys():
+            rt.queue.add(key)

@@ -1,6 +1,6 @@
 """What one reconcile pass decided to do. The planner fills it; the applier carries it out in a fixed order:
-deletions, Service, pod creations, the status write (once, with a resourceVersion precondition), then events
-and metric observations, which only go out once that write succeeded."""
+deletions and finalizer releases, Service, pod creations, the status write (once, with a resourceVersion
+precondition), then events and metric observations, which only go out once that write succeeded."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from typing import Any
 
 @dataclass(frozen=True)
 class Observed:
-    """A fresh read of the cluster for one job."""
+    """One job's world as the watch cache shows it."""
     job: dict[str, Any]
     pods: list[dict[str, Any]]
     nodes: dict[str, dict[str, Any]]
@@ -40,10 +40,14 @@ class Observation:
 class Plan:
     delete_pods: list[str] = field(default_factory=list)
     force_delete_pods: list[str] = field(default_factory=list)
+    release_pods: list[str] = field(default_factory=list)  # drop the tracking finalizer
     create_service: dict[str, Any] | None = None
     create_network_policy: dict[str, Any] | None = None
     create_pods: list[dict[str, Any]] = field(default_factory=list)
     status: dict[str, Any] | None = None  # None: nothing changed, write nothing
+    # The pass that creates pods writes no status: the pass that sees them (usually Running) writes it once, so
+    # a job reaches Running in pods + 3 writes. The status is kept here for a rejected pod's verdict.
+    defer_status: bool = False
     events: list[Event] = field(default_factory=list)
     observations: list[Observation] = field(default_factory=list)
     delete_job: bool = False

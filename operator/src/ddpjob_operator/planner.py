@@ -1,17 +1,19 @@
 """The reconcile planner: (job, pods, nodes, now) -> Plan. Pure, and runs its steps in a fixed order (JobSet's):
 
   1. sort pods (current attempt, earlier attempts) and initialise status;
-  2. finish: clean up and expire a terminal job;
-  3. delete pods of earlier attempts;
+  2. finish: clean up and expire a terminal job, release its pods' tracking finalizers;
+  3. delete pods of earlier attempts and release their tracking finalizers;
   4. deadline, suspend/resume, rescale;
   5. failure policy, then success policy;
   6. create the headless Service and the missing pods of the current attempt;
   7. readiness, phase and progress.
 
 Destructive actions follow only from state already written: a restart or a suspension first bumps
-status.attempt (one status write), and a later pass deletes the pods whose attempt label is older. Killing
-the operator between any two API calls therefore leaves nothing that the next pass cannot finish, and a pass
-that runs twice on the same state decides the same thing twice."""
+status.attempt (one status write), and a later pass deletes the pods whose attempt label is older. A pod's
+tracking finalizer is released only once the status has moved past it (a newer attempt, or a terminal phase), so
+a pod of the current attempt that is deleted at any moment, even while the operator is down, is still there,
+Terminating, for the next pass to count. Killing the operator between any two API calls therefore leaves nothing
+that the next pass cannot finish, and a pass that runs twice on the same state decides the same thing twice."""
 
 from __future__ import annotations
 
@@ -25,6 +27,7 @@ from . import conditions as c
 from . import failures
 from .builders import JobRef, build_network_policy, build_service, build_worker_pod
 from .plan import Observed, Plan
+from .progress import metrics_url
 from .restart_policy import RESTART, RestartBudget, backoff_seconds, decide_restart
 from .spec import JobSpec, parse_spec
 from .timefmt import format_time, parse_time
@@ -38,6 +41,11 @@ class PlannerSettings:
     # A pod of an earlier attempt still Terminating this long after its deletion deadline is force-deleted even
     # if its node looks Ready: its kubelet is not doing its job (kubeflow #2072).
     terminating_grace_seconds: float = 60.0
+    # After creating an attempt's pods, wait this long for them to run before writing a Pending status: pods that
+    # start quickly then cost one status write (straight to Running) instead of two.
+    launch_settle_seconds: float = 5.0
+    # A Running job with a metrics port is re-planned this often, to take in worker 0's progress.
+    progress_interval_seconds: float = 10.0
 
 
 @dataclass(frozen=True)
@@ -71,6 +79,18 @@ def sort_pods(pods: list[dict[str, Any]], attempt: int, replicas: int) -> Sorted
         else:
             stale.append(pod)
     return SortedPods(current, stale, {p["metadata"]["name"]: p for p in pods})
+
+
+def tracked(pod: dict[str, Any]) -> bool:
+    return api.TRACKING_FINALIZER in (pod["metadata"].get("finalizers") or [])
+
+
+def plan_release_orphans(pods: list[dict[str, Any]]) -> Plan:
+    """Pods whose job is gone (or is being deleted): nothing is left to count, so their tracking finalizers go and
+    the garbage collector removes them."""
+    plan = Plan()
+    plan.release_pods = [p["metadata"]["name"] for p in pods if tracked(p)]
+    return plan
 
 
 def initial_status(job: str, spec: JobSpec) -> dict[str, Any]:
@@ -126,8 +146,10 @@ def _plan_steps(obs: Observed, settings: PlannerSettings, ref: JobRef, spec: Job
         plan.create_service = build_service(ref, spec)
     if spec.network_policy and not obs.network_policy_exists:
         plan.create_network_policy = build_network_policy(ref)
-    _create_missing(obs, ref, spec, status, pods, plan)
-    _readiness(obs, spec, status, pods, plan)
+    if _create_missing(obs, ref, spec, status, pods, plan):
+        return status
+    launched_now = _launched(obs, settings, status, pods, plan)
+    _readiness(obs, settings, spec, status, pods, plan, launched_now)
     return status
 
 
@@ -135,6 +157,8 @@ def _plan_steps(obs: Observed, settings: PlannerSettings, ref: JobRef, spec: Job
 def _finish(obs: Observed, spec: JobSpec, status: dict[str, Any], pods: SortedPods, plan: Plan) -> None:
     policy = spec.run_policy.clean_pod_policy
     for pod in obs.pods:
+        if tracked(pod):
+            plan.release_pods.append(pod["metadata"]["name"])
         if pod["metadata"].get("deletionTimestamp"):
             continue
         finished = (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
@@ -157,6 +181,8 @@ def _finish(obs: Observed, spec: JobSpec, status: dict[str, Any], pods: SortedPo
 def _delete_stale(obs: Observed, settings: PlannerSettings, pods: SortedPods, plan: Plan) -> None:
     for pod in pods.stale:
         name = pod["metadata"]["name"]
+        if tracked(pod):
+            plan.release_pods.append(name)
         deleting = parse_time(pod["metadata"].get("deletionTimestamp"))
         if deleting is None:
             plan.delete_pods.append(name)
@@ -314,31 +340,53 @@ def _success_policy(obs: Observed, status: dict[str, Any], pods: SortedPods, pla
 
 # --- 6. create ------------------------------------------------------------------------------------------------
 def _create_missing(obs: Observed, ref: JobRef, spec: JobSpec, status: dict[str, Any], pods: SortedPods,
-                    plan: Plan) -> None:
+                    plan: Plan) -> bool:
+    """Plan the missing pods of the current attempt; True when this pass creates (or waits to create) some."""
     attempt, replicas = status["attempt"], status["replicas"]
     missing = [i for i in range(replicas) if i not in pods.current]
     if not missing:
-        status["launchedAttempt"] = attempt
-        return
+        return False
     not_before = parse_time(status.get("nextAttemptTime"))
     if not_before is not None and obs.now < not_before:
         plan.requeue((not_before - obs.now).total_seconds())
-        return
+        return True
     if pods.stale:
         # The old group must be gone first: pod names are reused across attempts, an old rank must never reach
         # the new rendezvous, and the job never has more pods than replicas (their deletion wakes us up).
         plan.requeue(1.0)
-        return
-    free = [i for i in missing if api.worker_name(ref.name, i) not in pods.by_name]
-    for index in free:
+        return True
+    for index in missing:
         plan.create_pods.append(build_worker_pod(ref, spec, index=index, attempt=attempt,
                                                  restarts=status.get("restarts", 0)))
+    # The pass that sees these pods writes the status (and says they were created), so a kill -9 in between
+    # loses nothing: their finalizers keep them visible until then.
+    plan.defer_status = True
+    return True
+
+
+def _launched(obs: Observed, settings: PlannerSettings, status: dict[str, Any], pods: SortedPods,
+              plan: Plan) -> bool:
+    """Record that every pod of the attempt exists (from now on a missing one is a failure). True when that
+    happens in this pass."""
+    attempt = status["attempt"]
+    if status.get("launchedAttempt") == attempt:
+        return False
+    current = list(pods.current.values())
+    all_running = all(_running(p) for p in current)
+    created = [t for t in (parse_time(p["metadata"].get("creationTimestamp")) for p in current) if t is not None]
+    if not all_running and created:
+        wait = settings.launch_settle_seconds - (obs.now - max(created)).total_seconds()
+        if wait > 0:
+            plan.requeue(wait)
+            plan.defer_status = True
+            return False
     status["launchedAttempt"] = attempt
     status.pop("nextAttemptTime", None)
-    status.setdefault("startTime", format_time(obs.now))
-    plan.event(NORMAL, "CreatedPods", f"created {len(free)} pods for attempt {attempt}: "
-               + ", ".join(api.worker_name(ref.name, i) for i in free))
-    plan.observe("pods_created", float(len(free)))
+    status.setdefault("startTime", format_time(min(created) if created else obs.now))
+    if not all_running:
+        names = ", ".join(sorted((p["metadata"]["name"] for p in current), key=lambda n: (len(n), n)))
+        plan.event(NORMAL, "CreatedPods", f"created {len(current)} pods for attempt {attempt}: {names}")
+    return True
 
 
 # --- 7. readiness ---------------------------------------------------------------------------------------------
@@ -346,7 +394,8 @@ def _running(pod: dict[str, Any]) -> bool:
     return (pod.get("status") or {}).get("phase") == "Running" and not pod["metadata"].get("deletionTimestamp")
 
 
-def _readiness(obs: Observed, spec: JobSpec, status: dict[str, Any], pods: SortedPods, plan: Plan) -> None:
+def _readiness(obs: Observed, settings: PlannerSettings, spec: JobSpec, status: dict[str, Any], pods: SortedPods,
+               plan: Plan, launched_now: bool) -> None:
     replicas = status["replicas"]
     running = sum(1 for p in pods.current.values() if _running(p))
     status.update(readyReplicas=running, readyText=f"{running}/{replicas}",
@@ -355,6 +404,8 @@ def _readiness(obs: Observed, spec: JobSpec, status: dict[str, Any], pods: Sorte
     if running == replicas and phase != c.RUNNING:
         first_time = c.find_condition(status.get("conditions") or [], c.RUNNING) is None
         message = f"all {replicas} pods of attempt {status['attempt']} are running"
+        if launched_now:
+            message = f"created {replicas} pods for attempt {status['attempt']}; all are running"
         status.update(c.enter_phase(status, c.RUNNING, "AllPodsRunning", message, obs.now))
         plan.event(NORMAL, "Running", message)
         created = parse_time(obs.job["metadata"].get("creationTimestamp"))
@@ -366,5 +417,11 @@ def _readiness(obs: Observed, spec: JobSpec, status: dict[str, Any], pods: Sorte
     elif running < replicas and phase == c.RUNNING:
         status.update(c.enter_phase(status, c.PENDING, "PodsNotRunning",
                                     f"{running}/{replicas} pods running", obs.now))
-    if obs.progress and status.get("phase") == c.RUNNING:
-        status["progress"] = {**(status.get("progress") or {}), **obs.progress}
+    if status.get("phase") != c.RUNNING:
+        return
+    if metrics_url(obs) is not None:
+        plan.requeue(settings.progress_interval_seconds)
+    old = status.get("progress") or {}
+    # The scrape's own time is not news: a step, loss or rate that did not move writes nothing.
+    if obs.progress and any(old.get(k) != v for k, v in obs.progress.items() if k != "updateTime"):
+        status["progress"] = {**old, **obs.progress}

@@ -61,7 +61,8 @@ class ProgressScraper:
 
     async def scrape_if_due(self, key: tuple[str, str], obs: Observed) -> dict[str, Any] | None:
         url = metrics_url(obs)
-        if url is None or time.monotonic() - self._last.get(key, -1e9) < self.interval:
+        # The planner requeues a Running job every interval; a little slack keeps that wake-up from missing it.
+        if url is None or time.monotonic() - self._last.get(key, -1e9) < 0.9 * self.interval:
             return None
         self._last[key] = time.monotonic()
         try:

@@ -1,4 +1,5 @@
-"""One reconcile pass for one job key: read fresh, plan (pure), apply, and return when to look again."""
+"""One reconcile pass for one job key: read the watch cache, wait out our own writes the cache has not shown yet,
+plan (pure), apply, and return when to look again."""
 
 from __future__ import annotations
 
@@ -9,14 +10,15 @@ import time
 
 from kubernetes import client
 
-from . import metrics
+from . import api, metrics
 from .applier import ApplyResult, PlanApplier
+from .expectations import Expectations, view_of
 from .plan import Event, Observed, Plan
-from .planner import PlannerSettings, plan_reconcile
+from .planner import PlannerSettings, plan_release_orphans, plan_reconcile
 from .pod_rejection import reject_unschedulable_template
 from .progress import ProgressScraper
-from .reader import ClusterReader
 from .timefmt import utcnow
+from .watch_cache import WatchCache
 
 log = logging.getLogger("ddpjob.reconciler")
 
@@ -27,9 +29,11 @@ REJECTED_RETRY_SECONDS = 10.0
 
 
 class Reconciler:
-    def __init__(self, api_client: client.ApiClient, settings: PlannerSettings, progress: ProgressScraper):
-        self.reader = ClusterReader(api_client)
-        self.applier = PlanApplier(api_client)
+    def __init__(self, api_client: client.ApiClient, cache: WatchCache, settings: PlannerSettings,
+                 progress: ProgressScraper, expectations: Expectations | None = None):
+        self.cache = cache
+        self.expectations = expectations or Expectations(time.monotonic)
+        self.applier = PlanApplier(api_client, self.expectations)
         self.settings = settings
         self.progress = progress
         self.phases = metrics.PhaseGauge()
@@ -37,6 +41,7 @@ class Reconciler:
     def forget(self, key: Key) -> None:
         self.phases.set(key, None)
         self.progress.forget(key)
+        self.expectations.forget(key)
 
     async def reconcile(self, key: Key) -> float | None:
         started = time.perf_counter()
@@ -46,17 +51,31 @@ class Reconciler:
             metrics.RECONCILE_SECONDS.observe(time.perf_counter() - started)
 
     async def _reconcile(self, key: Key) -> float | None:
-        namespace, name = key
-        obs = await asyncio.to_thread(self.reader.read, namespace, name, utcnow())
+        job, pods = self.cache.job(key), self.cache.pods_of(key)
+        ready, wait = self.expectations.satisfied(
+            key, view_of(job, pods, self.cache.child_kinds(key, key[1]), api.TRACKING_FINALIZER))
+        if not ready:
+            # The watch event that satisfies it wakes this key again; the wait is only the timeout's safety net.
+            return wait
+        obs = self.cache.observe(key, utcnow())
         if obs is None:
-            self.forget(key)
-            return None
+            return await self._release_orphans(key)
         progress = await self.progress.scrape_if_due(key, obs)
         if progress:
             obs = dataclasses.replace(obs, progress=progress)
         plan = plan_reconcile(obs, self.settings)
         result = await asyncio.to_thread(self.applier.apply, obs, plan)
         return self._after(key, obs, plan, result)
+
+    async def _release_orphans(self, key: Key) -> float | None:
+        """The job is gone or being deleted: free its pods' tracking finalizers for the garbage collector."""
+        self.phases.set(key, None)
+        self.progress.forget(key)
+        orphans = self.cache.orphaned_pods(key)
+        plan = plan_release_orphans(orphans)
+        for pod in (p for p in orphans if p["metadata"]["name"] in plan.release_pods):
+            await asyncio.to_thread(self.applier.release_pod, key, pod)
+        return None
 
     def _after(self, key: Key, obs: Observed, plan: Plan, result: ApplyResult) -> float | None:
         status = plan.status if plan.status is not None else (obs.job.get("status") or {})
@@ -71,12 +90,14 @@ class Reconciler:
         if result.conflict:
             log.debug("status conflict; re-reading", extra=fields)
             return CONFLICT_RETRY_SECONDS
-        if plan.status is not None:
+        if result.status_written:
             for observation in plan.observations:
                 metrics.record(observation)
             for event in plan.events:
                 log.info("%s: %s", event.reason, event.message, extra=fields)
-        self.phases.set(key, status.get("phase"))
+        shown = plan.status if result.status_written else (obs.job.get("status") or {})
+        if shown.get("phase"):
+            self.phases.set(key, shown["phase"])
         return plan.requeue_after
 
     def _rejected(self, key: Key, obs: Observed, plan: Plan, result: ApplyResult, fields: dict) -> float | None:
@@ -94,4 +115,3 @@ class Reconciler:
             self.phases.set(key, status.get("phase"))
             return None
         return CONFLICT_RETRY_SECONDS
-

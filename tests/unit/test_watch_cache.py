@@ -1,0 +1,106 @@
+"""The watch cache's slimming and its view of one job, on plain dicts shaped like kopf's indexes."""
+
+from __future__ import annotations
+
+from ddpjob_operator import api
+from ddpjob_operator.watch_cache import (NETWORK_POLICY, SERVICE, WatchCache, child_entry, slim_job, slim_node,
+                                         slim_pod)
+
+from job_builders import NOW, make_job, make_node, make_pod
+
+KEY = ("ns", "a")
+
+
+def full_pod():
+    pod = make_pod("a", 0).failed(137, message="Root Cause ... exitcode: -9").build()
+    pod["metadata"]["managedFields"] = [{"manager": "kubelet"}] * 3
+    pod["metadata"]["annotations"] = {"big": "x" * 1000}
+    pod["spec"]["containers"][0].update(image="trainer:1", env=[{"name": "X", "value": "y"}] * 50,
+                                        ports=[{"name": "metrics", "containerPort": 9400}])
+    pod["spec"]["volumes"] = [{"name": "v"}] * 10
+    pod["status"].update(podIP="127.0.1.2", hostIP="127.0.0.1", conditions=[
+        {"type": "Ready", "status": "False"}, {"type": "DisruptionTarget", "status": "True", "reason": "x"},
+        {"type": "PodScheduled", "status": "True"}])
+    return pod
+
+
+def test_slim_pod_keeps_what_the_planner_reads_and_drops_the_rest():
+    slim = slim_pod(full_pod())
+    assert set(slim["metadata"]) == {"name", "namespace", "uid", "labels", "ownerReferences", "finalizers",
+                                     "creationTimestamp"}
+    assert slim["spec"] == {"nodeName": "node-0",
+                            "containers": [{"name": "trainer", "ports": [{"name": "metrics", "containerPort": 9400}]}]}
+    assert slim["status"]["containerStatuses"][0]["state"]["terminated"]["exitCode"] == 137
+    assert [c["type"] for c in slim["status"]["conditions"]] == ["DisruptionTarget", "PodScheduled"]
+    assert slim["status"]["podIP"] == "127.0.1.2"
+    assert len(repr(slim)) < len(repr(full_pod())) / 3
+
+
+def test_slim_pod_verdicts_match_the_full_pod():
+    from ddpjob_operator.failures import classify_pod_failure
+    nodes = {"node-0": make_node()}
+    assert classify_pod_failure(slim_pod(full_pod()), nodes, NOW, 30) == classify_pod_failure(full_pod(), nodes,
+                                                                                              NOW, 30)
+
+
+def test_slim_node_keeps_only_readiness():
+    node = make_node("n", ready=False, since=5)
+    node["status"]["conditions"].append({"type": "MemoryPressure", "status": "False"})
+    node["status"]["images"] = [{"names": ["x"]}] * 20
+    assert slim_node(node) == {"metadata": {"name": "n"}, "status": {"conditions": [node["status"]["conditions"][0]]}}
+
+
+def test_slim_job_drops_managed_fields_only():
+    job = make_job("a").running().build()
+    job["metadata"]["managedFields"] = [{"manager": "kubectl"}]
+    slim = slim_job(job)
+    assert "managedFields" not in slim["metadata"]
+    assert (slim["spec"], slim["status"]) == (job["spec"], job["status"])
+
+
+def cache(job=None, pods=(), nodes=(), services=(), policies=()):
+    return WatchCache(jobs={KEY: [job]} if job else {}, pods={KEY: list(pods)} if pods else {},
+                      nodes={n["metadata"]["name"]: [n] for n in nodes},
+                      children=[{KEY: list(services)} if services else {}, {KEY: list(policies)} if policies else {}])
+
+
+def test_observe_sees_only_pods_the_job_controls_and_their_nodes():
+    job = make_job("a").running().build()
+    ours = make_pod("a", 0).build()
+    borrowed = make_pod("a", 1).build()
+    borrowed["metadata"]["ownerReferences"] = []
+    svc = child_entry(SERVICE, {"metadata": {"name": "a", "uid": "s"}})
+    obs = cache(job, [ours, borrowed], [make_node("node-0"), make_node("other")], [svc]).observe(KEY, NOW)
+    assert [p["metadata"]["name"] for p in obs.pods] == ["a-worker-0"]
+    assert list(obs.nodes) == ["node-0"]
+    assert obs.service_exists and obs.network_policy_exists
+
+
+def test_observe_asks_for_a_network_policy_only_when_the_spec_wants_one():
+    job = make_job("a").running().build()
+    job["spec"]["networkPolicy"] = True
+    assert cache(job).observe(KEY, NOW).network_policy_exists is False
+    policy = child_entry(NETWORK_POLICY, {"metadata": {"name": "a"}})
+    assert cache(job, policies=[policy]).observe(KEY, NOW).network_policy_exists is True
+
+
+def test_gone_or_deleting_job_observes_nothing_and_its_pods_are_orphans():
+    pod = make_pod("a", 0).build()
+    assert cache(None, [pod]).observe(KEY, NOW) is None
+    assert cache(None, [pod]).orphaned_pods(KEY) == [pod]
+    deleting = make_job("a").running().build()
+    deleting["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    assert cache(deleting, [pod]).observe(KEY, NOW) is None
+    assert cache(deleting, [pod]).orphaned_pods(KEY) == [pod]
+    live = make_job("a").running().build()
+    assert cache(live, [pod]).orphaned_pods(KEY) == []
+
+
+def test_recreated_job_disowns_the_old_jobs_pods():
+    job = make_job("a").running().build()
+    old = make_pod("a", 0).build()
+    old["metadata"]["ownerReferences"] = [{"uid": "older-uid", "controller": True}]
+    c = cache(job, [old])
+    assert c.observe(KEY, NOW).pods == []
+    assert c.orphaned_pods(KEY) == [old]
+    assert api.TRACKING_FINALIZER in old["metadata"]["finalizers"]
