@@ -6,6 +6,7 @@ until the watch cache shows it."""
 from __future__ import annotations
 
 import copy
+import functools
 import logging
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -46,26 +47,38 @@ class PlanApplier:
         key = (ns, name)
         result = ApplyResult()
         uids = {p["metadata"]["name"]: p["metadata"]["uid"] for p in obs.pods}
-        for pod in plan.delete_pods:
-            self._delete_pod(key, pod, uids.get(pod), grace=None)
-        for pod in plan.force_delete_pods:
-            self._delete_pod(key, pod, uids.get(pod), grace=0)
+        for name in plan.delete_pods:
+            self._delete_pod(key, name, uids.get(name), grace=None)
+        for name in plan.force_delete_pods:
+            self._delete_pod(key, name, uids.get(name), grace=0)
         by_name = {p["metadata"]["name"]: p for p in obs.pods}
-        for pod in plan.release_pods:
-            self.release_pod(key, by_name[pod])
-        if plan.create_service is not None:
-            if self._create(lambda: self.core.create_namespaced_service(
-                    ns, plan.create_service, _preload_content=False, _request_timeout=REQUEST_TIMEOUT)):
-                self.expect.created_child(key, SERVICE)
-        if plan.create_network_policy is not None:
-            if self._create(lambda: self.networking.create_namespaced_network_policy(
-                    ns, plan.create_network_policy, _preload_content=False, _request_timeout=REQUEST_TIMEOUT)):
-                self.expect.created_child(key, NETWORK_POLICY)
+        for name in plan.release_pods:
+            self.release_pod(key, by_name[name])
+        service, policy = plan.create_service, plan.create_network_policy
+        if service is not None and self._create(
+            lambda: self.core.create_namespaced_service(
+                ns, service, _preload_content=False, _request_timeout=REQUEST_TIMEOUT
+            )
+        ):
+            self.expect.created_child(key, SERVICE)
+        if policy is not None and self._create(
+            lambda: self.networking.create_namespaced_network_policy(
+                ns, policy, _preload_content=False, _request_timeout=REQUEST_TIMEOUT
+            )
+        ):
+            self.expect.created_child(key, NETWORK_POLICY)
         for pod in plan.create_pods:
             pod_name = pod["metadata"]["name"]
             try:
-                created = self._create(lambda: self.core.create_namespaced_pod(
-                    ns, pod, _preload_content=False, _request_timeout=REQUEST_TIMEOUT))
+                created = self._create(
+                    functools.partial(
+                        self.core.create_namespaced_pod,
+                        ns,
+                        pod,
+                        _preload_content=False,
+                        _request_timeout=REQUEST_TIMEOUT,
+                    )
+                )
             except ApiException as exc:
                 result.rejected.append((pod_name, status_of(exc), reason_of(exc)))
                 continue
@@ -73,8 +86,14 @@ class PlanApplier:
                 result.created_pods += 1
                 metrics.PODS_CREATED.inc()
                 self.expect.created_pod(key, body(created)["metadata"]["uid"])
-                log.info("created pod", extra={"job": f"{ns}/{name}", "pod": pod_name,
-                                              "attempt": pod["metadata"]["labels"][api.LABEL_ATTEMPT]})
+                log.info(
+                    "created pod",
+                    extra={
+                        "job": f"{ns}/{name}",
+                        "pod": pod_name,
+                        "attempt": pod["metadata"]["labels"][api.LABEL_ATTEMPT],
+                    },
+                )
         if result.rejected:
             return result  # the status must not claim pods that do not exist
         if plan.defer_status:
@@ -96,8 +115,15 @@ class PlanApplier:
             # PUT with the resourceVersion we read: a concurrent change (a spec edit, another writer) makes this
             # a 409 and the pass is simply re-run on fresh state.
             self.custom.replace_namespaced_custom_object_status(
-                api.GROUP, api.VERSION, meta["namespace"], api.PLURAL, meta["name"], new,
-                _preload_content=False, _request_timeout=REQUEST_TIMEOUT)
+                api.GROUP,
+                api.VERSION,
+                meta["namespace"],
+                api.PLURAL,
+                meta["name"],
+                new,
+                _preload_content=False,
+                _request_timeout=REQUEST_TIMEOUT,
+            )
         except ApiException as exc:
             if status_of(exc) == 409:  # the cache was behind: the pass re-runs once the watch catches up
                 self.expect.wrote_status((meta["namespace"], meta["name"]), meta["resourceVersion"])
@@ -116,27 +142,44 @@ class PlanApplier:
         for event in plan.events:
             event_body = {
                 "metadata": {"generateName": f"{meta['name']}.", "namespace": meta["namespace"]},
-                "involvedObject": {"apiVersion": api.API_VERSION, "kind": api.KIND, "name": meta["name"],
-                                   "namespace": meta["namespace"], "uid": meta["uid"]},
-                "type": event.type, "reason": event.reason, "message": event.message[:1024],
-                "firstTimestamp": format_time(now), "lastTimestamp": format_time(now), "count": 1,
-                "source": {"component": api.MANAGED_BY}, "reportingComponent": api.MANAGED_BY,
+                "involvedObject": {
+                    "apiVersion": api.API_VERSION,
+                    "kind": api.KIND,
+                    "name": meta["name"],
+                    "namespace": meta["namespace"],
+                    "uid": meta["uid"],
+                },
+                "type": event.type,
+                "reason": event.reason,
+                "message": event.message[:1024],
+                "firstTimestamp": format_time(now),
+                "lastTimestamp": format_time(now),
+                "count": 1,
+                "source": {"component": api.MANAGED_BY},
+                "reportingComponent": api.MANAGED_BY,
             }
             try:
-                self.core.create_namespaced_event(meta["namespace"], event_body, _preload_content=False,
-                                                  _request_timeout=REQUEST_TIMEOUT)
+                self.core.create_namespaced_event(
+                    meta["namespace"], event_body, _preload_content=False, _request_timeout=REQUEST_TIMEOUT
+                )
             except ApiException as exc:
                 # Events are best effort: the status already says the same thing.
-                log.warning("could not post event %s: %s", event.reason, reason_of(exc),
-                            extra={"job": f"{meta['namespace']}/{meta['name']}"})
+                log.warning(
+                    "could not post event %s: %s",
+                    event.reason,
+                    reason_of(exc),
+                    extra={"job": f"{meta['namespace']}/{meta['name']}"},
+                )
 
     def _delete_pod(self, key: tuple[str, str], pod: str, uid: str | None, grace: int | None) -> None:
         ns, job = key
-        options = client.V1DeleteOptions(grace_period_seconds=grace,
-                                         preconditions=client.V1Preconditions(uid=uid) if uid else None)
+        options = client.V1DeleteOptions(
+            grace_period_seconds=grace, preconditions=client.V1Preconditions(uid=uid) if uid else None
+        )
         try:
-            self.core.delete_namespaced_pod(pod, ns, body=options, _preload_content=False,
-                                            _request_timeout=REQUEST_TIMEOUT)
+            self.core.delete_namespaced_pod(
+                pod, ns, body=options, _preload_content=False, _request_timeout=REQUEST_TIMEOUT
+            )
             log.info("force-deleted pod" if grace == 0 else "deleted pod", extra={"job": f"{ns}/{job}", "pod": pod})
         except ApiException as exc:
             if status_of(exc) not in (404, 409):  # gone already, or the name now belongs to a newer pod
@@ -155,12 +198,15 @@ class PlanApplier:
         if api.TRACKING_FINALIZER not in finalizers:
             return
         where = f"/metadata/finalizers/{finalizers.index(api.TRACKING_FINALIZER)}"
-        patch = [{"op": "test", "path": "/metadata/uid", "value": meta["uid"]},
-                 {"op": "test", "path": where, "value": api.TRACKING_FINALIZER},
-                 {"op": "remove", "path": where}]
+        patch = [
+            {"op": "test", "path": "/metadata/uid", "value": meta["uid"]},
+            {"op": "test", "path": where, "value": api.TRACKING_FINALIZER},
+            {"op": "remove", "path": where},
+        ]
         try:
-            self.core.patch_namespaced_pod(meta["name"], ns, patch, _preload_content=False,
-                                           _request_timeout=REQUEST_TIMEOUT)
+            self.core.patch_namespaced_pod(
+                meta["name"], ns, patch, _preload_content=False, _request_timeout=REQUEST_TIMEOUT
+            )
         except ApiException as exc:
             if status_of(exc) not in (404, 409, 422):
                 raise
@@ -171,8 +217,9 @@ class PlanApplier:
     def _delete_job(self, ns: str, name: str, uid: str, result: ApplyResult) -> None:
         options = client.V1DeleteOptions(propagation_policy="Background", preconditions=client.V1Preconditions(uid=uid))
         try:
-            self.custom.delete_namespaced_custom_object(api.GROUP, api.VERSION, ns, api.PLURAL, name, body=options,
-                                                        _request_timeout=REQUEST_TIMEOUT)
+            self.custom.delete_namespaced_custom_object(
+                api.GROUP, api.VERSION, ns, api.PLURAL, name, body=options, _request_timeout=REQUEST_TIMEOUT
+            )
             result.job_gone = True
         except ApiException as exc:
             if status_of(exc) not in (404, 409):

@@ -21,8 +21,14 @@ class JobRef:
 def owner_reference(job: JobRef) -> dict[str, Any]:
     # controller + blockOwnerDeletion: deleting the job cascades to its pods and Service through the garbage
     # collector. The job itself carries no finalizer, so it is never stranded while the operator is down.
-    return {"apiVersion": api.API_VERSION, "kind": api.KIND, "name": job.name, "uid": job.uid,
-            "controller": True, "blockOwnerDeletion": True}
+    return {
+        "apiVersion": api.API_VERSION,
+        "kind": api.KIND,
+        "name": job.name,
+        "uid": job.uid,
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
 
 
 def job_labels(job: str) -> dict[str, str]:
@@ -36,8 +42,12 @@ def job_labels(job: str) -> dict[str, str]:
 
 def child_metadata(job: JobRef) -> dict[str, Any]:
     """Metadata of a per-job child (Service, NetworkPolicy): named like the job, labelled, owned by it."""
-    return {"name": job.name, "namespace": job.namespace, "labels": job_labels(job.name),
-            "ownerReferences": [owner_reference(job)]}
+    return {
+        "name": job.name,
+        "namespace": job.namespace,
+        "labels": job_labels(job.name),
+        "ownerReferences": [owner_reference(job)],
+    }
 
 
 def worker_selector(job: str) -> dict[str, str]:
@@ -54,8 +64,14 @@ def build_service(job: JobRef, spec: JobSpec) -> dict[str, Any]:
             # Workers resolve worker-0 before it is Ready: the rendezvous is what makes them ready.
             "publishNotReadyAddresses": True,
             "selector": worker_selector(job.name),
-            "ports": [{"name": api.RENDEZVOUS_PORT_NAME, "port": spec.rendezvous.port,
-                       "targetPort": spec.rendezvous.port, "protocol": "TCP"}],
+            "ports": [
+                {
+                    "name": api.RENDEZVOUS_PORT_NAME,
+                    "port": spec.rendezvous.port,
+                    "targetPort": spec.rendezvous.port,
+                    "protocol": "TCP",
+                }
+            ],
         },
     }
 
@@ -85,8 +101,12 @@ def build_network_policy(job: JobRef) -> dict[str, Any]:
 
 
 def worker_labels(job: str, index: int, attempt: int) -> dict[str, str]:
-    return {**job_labels(job), api.LABEL_COMPONENT: "worker", api.LABEL_REPLICA_INDEX: str(index),
-            api.LABEL_ATTEMPT: str(attempt)}
+    return {
+        **job_labels(job),
+        api.LABEL_COMPONENT: "worker",
+        api.LABEL_REPLICA_INDEX: str(index),
+        api.LABEL_ATTEMPT: str(attempt),
+    }
 
 
 def build_worker_pod(job: JobRef, spec: JobSpec, *, index: int, attempt: int, restarts: int) -> dict[str, Any]:
@@ -112,16 +132,25 @@ def build_worker_pod(job: JobRef, spec: JobSpec, *, index: int, attempt: int, re
             "labels": {**(meta.get("labels") or {}), **worker_labels(job.name, index, attempt)},
             "annotations": dict(meta.get("annotations") or {}),
             "ownerReferences": [owner_reference(job)],
-            "finalizers": [*(f for f in meta.get("finalizers") or [] if f != api.TRACKING_FINALIZER),
-                           api.TRACKING_FINALIZER],
+            "finalizers": [
+                *(f for f in meta.get("finalizers") or [] if f != api.TRACKING_FINALIZER),
+                api.TRACKING_FINALIZER,
+            ],
         },
         "spec": pod_spec,
     }
 
 
 def _shape_trainer(container: dict, job: JobRef, spec: JobSpec, *, index: int, attempt: int, restarts: int):
-    owned = rendezvous_env(job=job.name, namespace=job.namespace, job_uid=job.uid, spec=spec, index=index,
-                           attempt=attempt, restarts=restarts)
+    owned = rendezvous_env(
+        job=job.name,
+        namespace=job.namespace,
+        job_uid=job.uid,
+        spec=spec,
+        index=index,
+        attempt=attempt,
+        restarts=restarts,
+    )
     container["env"] = merge_env(container.get("env") or [], owned)
     container["terminationMessagePolicy"] = "FallbackToLogsOnError"
     resources = container.setdefault("resources", {})
@@ -140,6 +169,7 @@ def _shape_trainer(container: dict, job: JobRef, spec: JobSpec, *, index: int, a
         if not resources[key]:
             del resources[key]
     ports = container.setdefault("ports", [])
-    if not any(p.get("name") == api.RENDEZVOUS_PORT_NAME or p.get("containerPort") == spec.rendezvous.port
-               for p in ports):
+    if not any(
+        p.get("name") == api.RENDEZVOUS_PORT_NAME or p.get("containerPort") == spec.rendezvous.port for p in ports
+    ):
         ports.append({"name": api.RENDEZVOUS_PORT_NAME, "containerPort": spec.rendezvous.port, "protocol": "TCP"})

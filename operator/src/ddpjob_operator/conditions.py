@@ -34,13 +34,21 @@ def find_condition(conditions: list[dict[str, Any]], ctype: str) -> dict[str, An
     return next((c for c in conditions if c.get("type") == ctype), None)
 
 
-def set_condition(conditions: list[dict[str, Any]], ctype: str, status: str, reason: str, message: str,
-                  now: datetime) -> list[dict[str, Any]]:
+def set_condition(
+    conditions: list[dict[str, Any]], ctype: str, status: str, reason: str, message: str, now: datetime
+) -> list[dict[str, Any]]:
     out = copy.deepcopy(conditions)
     current = find_condition(out, ctype)
     if current is None:
-        out.append({"type": ctype, "status": status, "reason": reason, "message": message,
-                    "lastTransitionTime": format_time(now)})
+        out.append(
+            {
+                "type": ctype,
+                "status": status,
+                "reason": reason,
+                "message": message,
+                "lastTransitionTime": format_time(now),
+            }
+        )
         return out
     if current.get("status") != status:
         current["lastTransitionTime"] = format_time(now)
@@ -48,8 +56,9 @@ def set_condition(conditions: list[dict[str, Any]], ctype: str, status: str, rea
     return out
 
 
-def clear_condition(conditions: list[dict[str, Any]], ctype: str, reason: str, message: str,
-                    now: datetime) -> list[dict[str, Any]]:
+def clear_condition(
+    conditions: list[dict[str, Any]], ctype: str, reason: str, message: str, now: datetime
+) -> list[dict[str, Any]]:
     """Turn a condition False, but only if it exists: absent conditions stay absent (less noise)."""
     if find_condition(conditions, ctype) is None:
         return copy.deepcopy(conditions)

@@ -34,42 +34,76 @@ def _env_float(name: str, default: float) -> float:
 def parse_args(argv: list[str] | None = None) -> OperatorConfig:
     p = argparse.ArgumentParser(prog="ddpjob-operator", description="Runs PyTorch DDP training jobs (DDPJob).")
     scope = p.add_mutually_exclusive_group()
-    scope.add_argument("--namespace", "-n", action="append", default=[], metavar="NS",
-                       help="watch this namespace (repeatable; globs such as team-* allowed); default: all namespaces")
+    scope.add_argument(
+        "--namespace",
+        "-n",
+        action="append",
+        default=[],
+        metavar="NS",
+        help="watch this namespace (repeatable; globs such as team-* allowed); default: all namespaces",
+    )
     scope.add_argument("--all-namespaces", "-A", action="store_true", help="watch every namespace (default)")
     p.add_argument("--metrics-port", type=int, default=8080, help="port of /metrics (0 disables it)")
     p.add_argument("--liveness-port", type=int, default=8081, help="port of kopf's /healthz (0 disables it)")
     p.add_argument("--priority", type=int, default=0, help="peering priority for HA (highest one is active)")
     p.add_argument("--peering", default=None, help="peering name for HA; without it the operator runs standalone")
     p.add_argument("--verbose", "-v", action="store_true", help="debug logs")
-    p.add_argument("--workers", type=int, default=int(os.environ.get("DDPJOB_WORKERS", 4)),
-                   help="jobs reconciled concurrently [DDPJOB_WORKERS]")
-    p.add_argument("--resync-seconds", type=float, default=_env_float("DDPJOB_RESYNC_SECONDS", 30),
-                   help="safety-net period: every job is reconciled at least this often [DDPJOB_RESYNC_SECONDS]")
-    p.add_argument("--progress-interval-seconds", type=float,
-                   default=_env_float("DDPJOB_PROGRESS_INTERVAL_SECONDS", 10),
-                   help="how often worker 0's metrics are read per job [DDPJOB_PROGRESS_INTERVAL_SECONDS]")
-    p.add_argument("--node-lost-grace-seconds", type=float,
-                   default=_env_float("DDPJOB_NODE_LOST_GRACE_SECONDS", 30),
-                   help="a pod whose node is NotReady this long has failed [DDPJOB_NODE_LOST_GRACE_SECONDS]")
-    p.add_argument("--terminating-grace-seconds", type=float,
-                   default=_env_float("DDPJOB_TERMINATING_GRACE_SECONDS", 60),
-                   help="force-delete an old pod still Terminating this long past its deadline "
-                        "[DDPJOB_TERMINATING_GRACE_SECONDS]")
-    p.add_argument("--launch-settle-seconds", type=float, default=_env_float("DDPJOB_LAUNCH_SETTLE_SECONDS", 5),
-                   help="after creating pods, wait this long for them to run before writing a Pending status "
-                        "[DDPJOB_LAUNCH_SETTLE_SECONDS]")
+    p.add_argument(
+        "--workers",
+        type=int,
+        default=int(os.environ.get("DDPJOB_WORKERS", 4)),
+        help="jobs reconciled concurrently [DDPJOB_WORKERS]",
+    )
+    p.add_argument(
+        "--resync-seconds",
+        type=float,
+        default=_env_float("DDPJOB_RESYNC_SECONDS", 30),
+        help="safety-net period: every job is reconciled at least this often [DDPJOB_RESYNC_SECONDS]",
+    )
+    p.add_argument(
+        "--progress-interval-seconds",
+        type=float,
+        default=_env_float("DDPJOB_PROGRESS_INTERVAL_SECONDS", 10),
+        help="how often worker 0's metrics are read per job [DDPJOB_PROGRESS_INTERVAL_SECONDS]",
+    )
+    p.add_argument(
+        "--node-lost-grace-seconds",
+        type=float,
+        default=_env_float("DDPJOB_NODE_LOST_GRACE_SECONDS", 30),
+        help="a pod whose node is NotReady this long has failed [DDPJOB_NODE_LOST_GRACE_SECONDS]",
+    )
+    p.add_argument(
+        "--terminating-grace-seconds",
+        type=float,
+        default=_env_float("DDPJOB_TERMINATING_GRACE_SECONDS", 60),
+        help="force-delete an old pod still Terminating this long past its deadline [DDPJOB_TERMINATING_GRACE_SECONDS]",
+    )
+    p.add_argument(
+        "--launch-settle-seconds",
+        type=float,
+        default=_env_float("DDPJOB_LAUNCH_SETTLE_SECONDS", 5),
+        help="after creating pods, wait this long for them to run before writing a Pending status "
+        "[DDPJOB_LAUNCH_SETTLE_SECONDS]",
+    )
     a = p.parse_args(argv)
     if a.workers < 1:
         p.error("--workers must be at least 1")
     if a.resync_seconds <= 0:
         p.error("--resync-seconds must be positive")
     return OperatorConfig(
-        namespaces=tuple(dict.fromkeys(a.namespace)), metrics_port=a.metrics_port, liveness_port=a.liveness_port,
-        priority=a.priority, peering=a.peering, verbose=a.verbose, workers=a.workers,
-        resync_seconds=a.resync_seconds, progress_interval_seconds=a.progress_interval_seconds,
-        planner=PlannerSettings(node_lost_grace_seconds=a.node_lost_grace_seconds,
-                                terminating_grace_seconds=a.terminating_grace_seconds,
-                                launch_settle_seconds=a.launch_settle_seconds,
-                                progress_interval_seconds=a.progress_interval_seconds),
+        namespaces=tuple(dict.fromkeys(a.namespace)),
+        metrics_port=a.metrics_port,
+        liveness_port=a.liveness_port,
+        priority=a.priority,
+        peering=a.peering,
+        verbose=a.verbose,
+        workers=a.workers,
+        resync_seconds=a.resync_seconds,
+        progress_interval_seconds=a.progress_interval_seconds,
+        planner=PlannerSettings(
+            node_lost_grace_seconds=a.node_lost_grace_seconds,
+            terminating_grace_seconds=a.terminating_grace_seconds,
+            launch_settle_seconds=a.launch_settle_seconds,
+            progress_interval_seconds=a.progress_interval_seconds,
+        ),
     )

@@ -19,34 +19,44 @@ DEFAULT_TIMEOUT_SECONDS = 30.0
 
 @dataclass
 class Pending:
-    created_pods: set[str] = field(default_factory=set)      # uids to appear
-    deleted_pods: set[str] = field(default_factory=set)      # uids to disappear or show a deletionTimestamp
-    released_pods: set[str] = field(default_factory=set)     # uids to lose the tracking finalizer (or vanish)
-    children: set[str] = field(default_factory=set)          # child kinds (Service, NetworkPolicy) to appear
+    created_pods: set[str] = field(default_factory=set)  # uids to appear
+    deleted_pods: set[str] = field(default_factory=set)  # uids to disappear or show a deletionTimestamp
+    released_pods: set[str] = field(default_factory=set)  # uids to lose the tracking finalizer (or vanish)
+    children: set[str] = field(default_factory=set)  # child kinds (Service, NetworkPolicy) to appear
     # The job's resourceVersion the cache must move past: the one our status write was based on (or that a 409
     # told us is stale).
     job_version: str | None = None
     since: float = 0.0
 
     def empty(self) -> bool:
-        return not (self.created_pods or self.deleted_pods or self.released_pods or self.children
-                    or self.job_version is not None)
+        return not (
+            self.created_pods
+            or self.deleted_pods
+            or self.released_pods
+            or self.children
+            or self.job_version is not None
+        )
 
 
 @dataclass(frozen=True)
 class CacheView:
     """What the watch cache shows for one job, reduced to what expectations compare."""
-    job_version: str | None                    # None: the job is not in the cache
-    pods: dict[str, dict[str, Any]]            # uid -> pod
+
+    job_version: str | None  # None: the job is not in the cache
+    pods: dict[str, dict[str, Any]]  # uid -> pod
     child_kinds: frozenset[str]
     finalizer: str
 
 
-def view_of(job: dict[str, Any] | None, pods: Iterable[dict[str, Any]], child_kinds: Iterable[str],
-            finalizer: str) -> CacheView:
-    return CacheView(job_version=(job or {}).get("metadata", {}).get("resourceVersion") if job else None,
-                     pods={p["metadata"]["uid"]: p for p in pods}, child_kinds=frozenset(child_kinds),
-                     finalizer=finalizer)
+def view_of(
+    job: dict[str, Any] | None, pods: Iterable[dict[str, Any]], child_kinds: Iterable[str], finalizer: str
+) -> CacheView:
+    return CacheView(
+        job_version=(job or {}).get("metadata", {}).get("resourceVersion") if job else None,
+        pods={p["metadata"]["uid"]: p for p in pods},
+        child_kinds=frozenset(child_kinds),
+        finalizer=finalizer,
+    )
 
 
 class Expectations:
@@ -89,11 +99,16 @@ class Expectations:
         if entry is None:
             return True, 0.0
         entry.created_pods = {uid for uid in entry.created_pods if uid not in view.pods}
-        entry.deleted_pods = {uid for uid in entry.deleted_pods
-                              if uid in view.pods and not view.pods[uid]["metadata"].get("deletionTimestamp")}
-        entry.released_pods = {uid for uid in entry.released_pods
-                               if uid in view.pods
-                               and view.finalizer in (view.pods[uid]["metadata"].get("finalizers") or [])}
+        entry.deleted_pods = {
+            uid
+            for uid in entry.deleted_pods
+            if uid in view.pods and not view.pods[uid]["metadata"].get("deletionTimestamp")
+        }
+        entry.released_pods = {
+            uid
+            for uid in entry.released_pods
+            if uid in view.pods and view.finalizer in (view.pods[uid]["metadata"].get("finalizers") or [])
+        }
         entry.children = {kind for kind in entry.children if kind not in view.child_kinds}
         # Our write was based on this version, and the watch delivers versions in order: any other version in the
         # cache (or no job at all) means it has seen our write or something after it.

@@ -73,8 +73,9 @@ def node_lost(pod: dict[str, Any], nodes: dict[str, dict], now: datetime, grace_
     return since is None or (now - since).total_seconds() >= grace_seconds
 
 
-def classify_pod_failure(pod: dict[str, Any], nodes: dict[str, dict], now: datetime,
-                         node_lost_grace_seconds: float) -> Failure | None:
+def classify_pod_failure(
+    pod: dict[str, Any], nodes: dict[str, dict], now: datetime, node_lost_grace_seconds: float
+) -> Failure | None:
     """The pod's failure, or None while it is pending, running or succeeded on a healthy node."""
     name = pod["metadata"]["name"]
     status = pod.get("status") or {}
@@ -88,8 +89,7 @@ def classify_pod_failure(pod: dict[str, Any], nodes: dict[str, dict], now: datet
         return _terminated_failure(pod, now)
     if phase == "Unknown" or node_lost(pod, nodes, now, node_lost_grace_seconds):
         node = pod.get("spec", {}).get("nodeName", "")
-        return Failure(pod=name, kind=NODE_LOST, reason="NodeNotReady",
-                       message=f"node {node} is not Ready", at=now)
+        return Failure(pod=name, kind=NODE_LOST, reason="NodeNotReady", message=f"node {node} is not Ready", at=now)
     return None
 
 
@@ -97,12 +97,18 @@ def _terminated_failure(pod: dict[str, Any], now: datetime) -> Failure:
     name = pod["metadata"]["name"]
     status = pod.get("status") or {}
     if status.get("reason") == "Evicted" or _disrupted(status):
-        return Failure(pod=name, kind=EVICTED, reason=status.get("reason") or "Evicted",
-                       message=_trim(status.get("message", "")), at=now)
+        return Failure(
+            pod=name,
+            kind=EVICTED,
+            reason=status.get("reason") or "Evicted",
+            message=_trim(status.get("message", "")),
+            at=now,
+        )
     terminated = _trainer_terminated(pod)
     if terminated is None:
-        return Failure(pod=name, kind=UNKNOWN, reason=status.get("reason", ""),
-                       message=_trim(status.get("message", "")), at=now)
+        return Failure(
+            pod=name, kind=UNKNOWN, reason=status.get("reason", ""), message=_trim(status.get("message", "")), at=now
+        )
     code = terminated.get("exitCode")
     message = terminated.get("message", "")
     worker_code, worker_message = worker_root_cause(message)
@@ -113,8 +119,14 @@ def _terminated_failure(pod: dict[str, Any], now: datetime) -> Failure:
         code = 128 - worker_code if worker_code < 0 else worker_code
         message = worker_message or message
     kind = SIGNAL if signalled or (code is not None and code >= 128) else EXIT_CODE
-    return Failure(pod=name, kind=kind, exit_code=code, reason=terminated.get("reason", ""),
-                   message=_trim(message), at=parse_time(terminated.get("finishedAt")) or now)
+    return Failure(
+        pod=name,
+        kind=kind,
+        exit_code=code,
+        reason=terminated.get("reason", ""),
+        message=_trim(message),
+        at=parse_time(terminated.get("finishedAt")) or now,
+    )
 
 
 _EXITCODE_LINE = re.compile(r"exitcode\s*:\s*(-?\d+)")
@@ -140,8 +152,9 @@ def worker_root_cause(termination_message: str) -> tuple[int | None, str]:
 
 
 def _disrupted(status: dict[str, Any]) -> bool:
-    return any(c.get("type") == "DisruptionTarget" and c.get("status") == "True"
-               for c in status.get("conditions") or [])
+    return any(
+        c.get("type") == "DisruptionTarget" and c.get("status") == "True" for c in status.get("conditions") or []
+    )
 
 
 def _trainer_terminated(pod: dict[str, Any]) -> dict[str, Any] | None:
@@ -172,4 +185,3 @@ def root_cause(failures: list[Failure]) -> Failure:
 def _index(pod: str) -> int:
     tail = pod.rsplit("-", 1)[-1]
     return int(tail) if tail.isdigit() else 0
-

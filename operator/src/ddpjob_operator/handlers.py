@@ -15,7 +15,7 @@ from typing import Any
 
 import kopf
 
-from . import api
+from . import api, metrics
 from .config import OperatorConfig
 from .kube import api_client
 from .progress import ProgressScraper
@@ -26,6 +26,14 @@ from .workqueue import WorkQueue
 log = logging.getLogger("ddpjob.handlers")
 
 OURS = {api.LABEL_JOB_NAME: kopf.PRESENT}
+INDEXES = (
+    "ddpjob_jobs",
+    "ddpjob_pods",
+    "ddpjob_pods_by_node",
+    "ddpjob_nodes",
+    "ddpjob_services",
+    "ddpjob_network_policies",
+)
 
 
 @dataclass
@@ -70,15 +78,17 @@ def build_registry(config: OperatorConfig) -> kopf.OperatorRegistry:
     def ddpjob_services(body, namespace, labels, **_):
         return {(namespace, labels[api.LABEL_JOB_NAME]): child_entry(SERVICE, body)}
 
-    @kopf.index("networking.k8s.io", "v1", "networkpolicies", labels=OURS, id="ddpjob_network_policies",
-                registry=registry)
+    @kopf.index(
+        "networking.k8s.io", "v1", "networkpolicies", labels=OURS, id="ddpjob_network_policies", registry=registry
+    )
     def ddpjob_network_policies(body, namespace, labels, **_):
         return {(namespace, labels[api.LABEL_JOB_NAME]): child_entry(NETWORK_POLICY, body)}
 
     @kopf.on.startup(registry=registry)
-    async def startup(settings: kopf.OperatorSettings, ddpjob_jobs, ddpjob_pods, ddpjob_pods_by_node, ddpjob_nodes,
-                      ddpjob_services, ddpjob_network_policies, **_):
-        # The indexes are live objects: empty now, filled by kopf before any handler below runs.
+    async def startup(settings: kopf.OperatorSettings, **kwargs: Any) -> None:
+        # The indexes (kwargs named by their ids) are live objects: empty now, filled by kopf before any handler
+        # below runs.
+        indexes = {name: kwargs[name] for name in INDEXES}
         settings.posting.enabled = False  # events are ours, posted after the status write
         settings.persistence.finalizer = "ddpjob.dev/kopf-unused"  # never added: no handler needs one
         settings.watching.server_timeout = 300
@@ -91,15 +101,29 @@ def build_registry(config: OperatorConfig) -> kopf.OperatorRegistry:
         if config.peering:
             settings.peering.name = config.peering
             settings.peering.clusterwide = config.clusterwide
-        rt.cache = WatchCache(ddpjob_jobs, ddpjob_pods, ddpjob_nodes, [ddpjob_services, ddpjob_network_policies])
-        rt.pods_by_node = ddpjob_pods_by_node
-        rt.reconciler = Reconciler(api_client(pool_size=config.workers + 4), rt.cache, config.planner,
-                                   ProgressScraper(config.progress_interval_seconds))
+        rt.cache = WatchCache(
+            indexes["ddpjob_jobs"],
+            indexes["ddpjob_pods"],
+            indexes["ddpjob_nodes"],
+            [indexes["ddpjob_services"], indexes["ddpjob_network_policies"]],
+        )
+        rt.pods_by_node = indexes["ddpjob_pods_by_node"]
+        metrics.watch_cache_sizes({name.removeprefix("ddpjob_"): index for name, index in indexes.items()})
+        rt.reconciler = Reconciler(
+            api_client(pool_size=config.workers + 4),
+            rt.cache,
+            config.planner,
+            ProgressScraper(config.progress_interval_seconds),
+        )
         rt.queue = WorkQueue(rt.reconciler.reconcile, workers=config.workers)
         rt.queue.start()
         rt.tasks.append(asyncio.create_task(_resync_forever(rt), name="ddpjob-resync"))
-        log.info("operator started: namespaces=%s workers=%d resync=%ss", ",".join(config.namespaces) or "*",
-                 config.workers, config.resync_seconds)
+        log.info(
+            "operator started: namespaces=%s workers=%d resync=%ss",
+            ",".join(config.namespaces) or "*",
+            config.workers,
+            config.resync_seconds,
+        )
 
     @kopf.on.cleanup(registry=registry)
     async def cleanup(**_):
@@ -111,8 +135,8 @@ def build_registry(config: OperatorConfig) -> kopf.OperatorRegistry:
 
     # --- wake-ups: every change that can alter a job's plan enqueues its key; the pass reads the cache.
     @kopf.on.event(api.GROUP, api.VERSION, api.PLURAL, registry=registry)
-    async def job_event(event: dict, name: str, namespace: str, **_):
-        if rt.queue is None:
+    async def job_event(event, name, namespace, **_):
+        if rt.queue is None or rt.reconciler is None:
             return
         key = (namespace, name)
         if event.get("type") == "DELETED":
@@ -123,12 +147,12 @@ def build_registry(config: OperatorConfig) -> kopf.OperatorRegistry:
     @kopf.on.event("", "v1", "pods", labels=OURS, registry=registry)
     @kopf.on.event("", "v1", "services", labels=OURS, registry=registry)
     @kopf.on.event("networking.k8s.io", "v1", "networkpolicies", labels=OURS, registry=registry)
-    async def child_event(labels: dict, namespace: str, **_):
+    async def child_event(labels, namespace, **_):
         if rt.queue is not None:
-                rt.queue.add((namespace, labels[api.LABEL_JOB_NAME]))
+            rt.queue.add((namespace, labels[api.LABEL_JOB_NAME]))
 
     @kopf.on.event("", "v1", "nodes", registry=registry)
-    async def node_event(event: dict, name: str, **_):
+    async def node_event(event, name, **_):
         """Only a change of a node's readiness matters, and only to the jobs with pods on it."""
         if rt.queue is None:
             return
@@ -151,6 +175,7 @@ def build_registry(config: OperatorConfig) -> kopf.OperatorRegistry:
 
 async def _resync_forever(rt: Runtime) -> None:
     """The safety net: every cached job is planned again every resync period, without asking the API server."""
+    assert rt.cache is not None and rt.queue is not None, "started by startup(), after both exist"
     while True:
         await asyncio.sleep(rt.config.resync_seconds)
         for key in rt.cache.job_keys():

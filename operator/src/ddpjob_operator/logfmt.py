@@ -10,8 +10,12 @@ FIELDS = ("job", "attempt", "pod", "phase")
 
 class LogfmtFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
-        parts = [f"time={self.formatTime(record, '%Y-%m-%dT%H:%M:%S')}", f"level={record.levelname.lower()}",
-                 f"logger={record.name}", f"msg={_quote(record.getMessage())}"]
+        parts = [
+            f"time={self.formatTime(record, '%Y-%m-%dT%H:%M:%S')}",
+            f"level={record.levelname.lower()}",
+            f"logger={record.name}",
+            f"msg={_quote(record.getMessage())}",
+        ]
         for name in FIELDS:
             value = getattr(record, name, None)
             if value is not None:

@@ -12,6 +12,7 @@ from typing import Any
 @dataclass(frozen=True)
 class Observed:
     """One job's world as the watch cache shows it."""
+
     job: dict[str, Any]
     pods: list[dict[str, Any]]
     nodes: dict[str, dict[str, Any]]
@@ -31,6 +32,7 @@ class Event:
 @dataclass(frozen=True)
 class Observation:
     """A metric update that must happen at most once per transition, hence only after the status write."""
+
     metric: str
     value: float = 1.0
     labels: tuple[tuple[str, str], ...] = ()

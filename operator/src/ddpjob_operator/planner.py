@@ -22,9 +22,8 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-from . import api
+from . import api, failures
 from . import conditions as c
-from . import failures
 from .builders import JobRef, build_network_policy, build_service, build_worker_pod
 from .plan import Observed, Plan
 from .progress import metrics_url
@@ -94,9 +93,17 @@ def plan_release_orphans(pods: list[dict[str, Any]]) -> Plan:
 
 
 def initial_status(job: str, spec: JobSpec) -> dict[str, Any]:
-    return {"phase": c.PENDING, "conditions": [], "attempt": 0, "restarts": 0, "replicas": spec.replicas,
-            "readyReplicas": 0, "readyText": f"0/{spec.replicas}", "selector": api.selector(job),
-            "worldSize": spec.replicas * spec.procs_per_pod}
+    return {
+        "phase": c.PENDING,
+        "conditions": [],
+        "attempt": 0,
+        "restarts": 0,
+        "replicas": spec.replicas,
+        "readyReplicas": 0,
+        "readyText": f"0/{spec.replicas}",
+        "selector": api.selector(job),
+        "worldSize": spec.replicas * spec.procs_per_pod,
+    }
 
 
 def plan_reconcile(obs: Observed, settings: PlannerSettings = PlannerSettings()) -> Plan:
@@ -118,8 +125,9 @@ def plan_reconcile(obs: Observed, settings: PlannerSettings = PlannerSettings())
     return plan
 
 
-def _plan_steps(obs: Observed, settings: PlannerSettings, ref: JobRef, spec: JobSpec, status: dict[str, Any],
-                plan: Plan) -> dict[str, Any]:
+def _plan_steps(
+    obs: Observed, settings: PlannerSettings, ref: JobRef, spec: JobSpec, status: dict[str, Any], plan: Plan
+) -> dict[str, Any]:
     attempt = status["attempt"]
     pods = sort_pods(obs.pods, attempt, status["replicas"])
 
@@ -216,8 +224,13 @@ def _suspend_or_resume(obs: Observed, spec: JobSpec, status: dict[str, Any], pla
     if spec.run_policy.suspend and not suspended:
         # A new attempt number makes every existing pod "earlier", so the next pass deletes them all.
         out = c.enter_phase(status, c.SUSPENDED, "Suspended", "job is suspended; its pods are deleted", obs.now)
-        out.update(attempt=status["attempt"] + 1, readyReplicas=0, replicas=spec.replicas,
-                   worldSize=spec.replicas * spec.procs_per_pod, readyText=f"0/{spec.replicas}")
+        out.update(
+            attempt=status["attempt"] + 1,
+            readyReplicas=0,
+            replicas=spec.replicas,
+            worldSize=spec.replicas * spec.procs_per_pod,
+            readyText=f"0/{spec.replicas}",
+        )
         for key in ("startTime", "nextAttemptTime", "restartingSince"):
             out.pop(key, None)
         plan.event(NORMAL, "Suspended", f"suspended; deleting the pods of attempt {status['attempt']}")
@@ -225,25 +238,35 @@ def _suspend_or_resume(obs: Observed, spec: JobSpec, status: dict[str, Any], pla
         return out
     if not spec.run_policy.suspend and suspended:
         out = c.enter_phase(status, c.PENDING, "Resumed", "job resumed", obs.now)
-        out = {**out, "conditions": c.set_condition(out["conditions"], c.SUSPENDED, "False", "Resumed",
-                                                    "job resumed", obs.now)}
+        out = {
+            **out,
+            "conditions": c.set_condition(out["conditions"], c.SUSPENDED, "False", "Resumed", "job resumed", obs.now),
+        }
         plan.event(NORMAL, "Resumed", f"resumed as attempt {status['attempt']}")
         plan.requeue(0)
         return out
     if suspended and status.get("replicas") != spec.replicas:
-        status.update(replicas=spec.replicas, worldSize=spec.replicas * spec.procs_per_pod,
-                      readyText=f"0/{spec.replicas}")
+        status.update(
+            replicas=spec.replicas, worldSize=spec.replicas * spec.procs_per_pod, readyText=f"0/{spec.replicas}"
+        )
     return None
 
 
 def _rescale(obs: Observed, spec: JobSpec, status: dict[str, Any], plan: Plan) -> dict[str, Any] | None:
     if status.get("phase") == c.SUSPENDED or status.get("replicas") == spec.replicas:
         return None
-    message = f"replicas {status['replicas']} -> {spec.replicas}: restarting the group as attempt {status['attempt'] + 1}"
+    message = (
+        f"replicas {status['replicas']} -> {spec.replicas}: restarting the group as attempt {status['attempt'] + 1}"
+    )
     out = c.enter_phase(status, c.RESTARTING, "Rescaled", message, obs.now)
     # A scale change is not a failure: attempt moves, restarts (the budget) does not.
-    out.update(attempt=status["attempt"] + 1, replicas=spec.replicas, readyReplicas=0,
-               worldSize=spec.replicas * spec.procs_per_pod, readyText=f"0/{spec.replicas}")
+    out.update(
+        attempt=status["attempt"] + 1,
+        replicas=spec.replicas,
+        readyReplicas=0,
+        worldSize=spec.replicas * spec.procs_per_pod,
+        readyText=f"0/{spec.replicas}",
+    )
     out.pop("nextAttemptTime", None)
     out.setdefault("restartingSince", format_time(obs.now))
     plan.event(NORMAL, "Rescaled", message)
@@ -253,8 +276,9 @@ def _rescale(obs: Observed, spec: JobSpec, status: dict[str, Any], plan: Plan) -
 
 
 # --- 5. failure and success -----------------------------------------------------------------------------------
-def current_failures(obs: Observed, settings: PlannerSettings, status: dict[str, Any], pods: SortedPods,
-                     plan: Plan) -> list[failures.Failure]:
+def current_failures(
+    obs: Observed, settings: PlannerSettings, status: dict[str, Any], pods: SortedPods, plan: Plan
+) -> list[failures.Failure]:
     found = []
     for pod in pods.current.values():
         failure = failures.classify_pod_failure(pod, obs.nodes, obs.now, settings.node_lost_grace_seconds)
@@ -266,8 +290,15 @@ def current_failures(obs: Observed, settings: PlannerSettings, status: dict[str,
         for index in range(status["replicas"]):
             if index not in pods.current:
                 name = api.worker_name(obs.job["metadata"]["name"], index)
-                found.append(failures.Failure(pod=name, kind=failures.DELETED, reason="PodMissing",
-                                              message="the pod no longer exists", at=obs.now))
+                found.append(
+                    failures.Failure(
+                        pod=name,
+                        kind=failures.DELETED,
+                        reason="PodMissing",
+                        message="the pod no longer exists",
+                        at=obs.now,
+                    )
+                )
     return found
 
 
@@ -279,16 +310,22 @@ def _requeue_for_node_grace(obs: Observed, settings: PlannerSettings, pod: dict[
             plan.requeue(settings.node_lost_grace_seconds - (obs.now - since).total_seconds())
 
 
-def _failure_policy(obs: Observed, settings: PlannerSettings, spec: JobSpec, status: dict[str, Any],
-                    pods: SortedPods, plan: Plan) -> dict[str, Any] | None:
+def _failure_policy(
+    obs: Observed, settings: PlannerSettings, spec: JobSpec, status: dict[str, Any], pods: SortedPods, plan: Plan
+) -> dict[str, Any] | None:
     found = current_failures(obs, settings, status, pods, plan)
     if not found:
         return None
     cause = failures.root_cause(found)
     budget = RestartBudget(limit=spec.run_policy.backoff_limit, used=status.get("restarts", 0))
     decision = decide_restart(spec.restart_policy, cause, budget)
-    last_failure = {"pod": cause.pod, "kind": cause.kind, "reason": cause.reason, "message": cause.message,
-                    "time": format_time(cause.at or obs.now)}
+    last_failure: dict[str, Any] = {
+        "pod": cause.pod,
+        "kind": cause.kind,
+        "reason": cause.reason,
+        "message": cause.message,
+        "time": format_time(cause.at or obs.now),
+    }
     if cause.exit_code is not None:
         last_failure["exitCode"] = cause.exit_code
     if decision.action != RESTART:
@@ -298,8 +335,13 @@ def _failure_policy(obs: Observed, settings: PlannerSettings, spec: JobSpec, sta
     restarts = status.get("restarts", 0) + 1
     out = c.enter_phase(status, c.RESTARTING, decision.reason, decision.message, obs.now)
     delay = backoff_seconds(spec.run_policy.restart_backoff_seconds, restarts)
-    out.update(attempt=status["attempt"] + 1, restarts=restarts, lastFailure=last_failure, readyReplicas=0,
-               readyText=f"0/{status['replicas']}")
+    out.update(
+        attempt=status["attempt"] + 1,
+        restarts=restarts,
+        lastFailure=last_failure,
+        readyReplicas=0,
+        readyText=f"0/{status['replicas']}",
+    )
     out.setdefault("restartingSince", format_time(obs.now))
     if delay:
         out["nextAttemptTime"] = format_time(obs.now + timedelta(seconds=delay))
@@ -339,8 +381,9 @@ def _success_policy(obs: Observed, status: dict[str, Any], pods: SortedPods, pla
 
 
 # --- 6. create ------------------------------------------------------------------------------------------------
-def _create_missing(obs: Observed, ref: JobRef, spec: JobSpec, status: dict[str, Any], pods: SortedPods,
-                    plan: Plan) -> bool:
+def _create_missing(
+    obs: Observed, ref: JobRef, spec: JobSpec, status: dict[str, Any], pods: SortedPods, plan: Plan
+) -> bool:
     """Plan the missing pods of the current attempt; True when this pass creates (or waits to create) some."""
     attempt, replicas = status["attempt"], status["replicas"]
     missing = [i for i in range(replicas) if i not in pods.current]
@@ -356,16 +399,16 @@ def _create_missing(obs: Observed, ref: JobRef, spec: JobSpec, status: dict[str,
         plan.requeue(1.0)
         return True
     for index in missing:
-        plan.create_pods.append(build_worker_pod(ref, spec, index=index, attempt=attempt,
-                                                 restarts=status.get("restarts", 0)))
+        plan.create_pods.append(
+            build_worker_pod(ref, spec, index=index, attempt=attempt, restarts=status.get("restarts", 0))
+        )
     # The pass that sees these pods writes the status (and says they were created), so a kill -9 in between
     # loses nothing: their finalizers keep them visible until then.
     plan.defer_status = True
     return True
 
 
-def _launched(obs: Observed, settings: PlannerSettings, status: dict[str, Any], pods: SortedPods,
-              plan: Plan) -> bool:
+def _launched(obs: Observed, settings: PlannerSettings, status: dict[str, Any], pods: SortedPods, plan: Plan) -> bool:
     """Record that every pod of the attempt exists (from now on a missing one is a failure). True when that
     happens in this pass."""
     attempt = status["attempt"]
@@ -394,12 +437,18 @@ def _running(pod: dict[str, Any]) -> bool:
     return (pod.get("status") or {}).get("phase") == "Running" and not pod["metadata"].get("deletionTimestamp")
 
 
-def _readiness(obs: Observed, settings: PlannerSettings, spec: JobSpec, status: dict[str, Any], pods: SortedPods,
-               plan: Plan, launched_now: bool) -> None:
+def _readiness(
+    obs: Observed,
+    settings: PlannerSettings,
+    spec: JobSpec,
+    status: dict[str, Any],
+    pods: SortedPods,
+    plan: Plan,
+    launched_now: bool,
+) -> None:
     replicas = status["replicas"]
     running = sum(1 for p in pods.current.values() if _running(p))
-    status.update(readyReplicas=running, readyText=f"{running}/{replicas}",
-                  worldSize=replicas * spec.procs_per_pod)
+    status.update(readyReplicas=running, readyText=f"{running}/{replicas}", worldSize=replicas * spec.procs_per_pod)
     phase = status.get("phase")
     if running == replicas and phase != c.RUNNING:
         first_time = c.find_condition(status.get("conditions") or [], c.RUNNING) is None
@@ -415,8 +464,7 @@ def _readiness(obs: Observed, settings: PlannerSettings, spec: JobSpec, status: 
         if since is not None:
             plan.observe("recovery_duration", (obs.now - since).total_seconds())
     elif running < replicas and phase == c.RUNNING:
-        status.update(c.enter_phase(status, c.PENDING, "PodsNotRunning",
-                                    f"{running}/{replicas} pods running", obs.now))
+        status.update(c.enter_phase(status, c.PENDING, "PodsNotRunning", f"{running}/{replicas} pods running", obs.now))
     if status.get("phase") != c.RUNNING:
         return
     if metrics_url(obs) is not None:

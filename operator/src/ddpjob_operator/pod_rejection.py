@@ -13,8 +13,9 @@ INVALID = 422
 MESSAGE_LIMIT = 1024
 
 
-def reject_unschedulable_template(status: dict[str, Any], now: datetime, pod: str, code: int,
-                                  message: str) -> dict[str, Any] | None:
+def reject_unschedulable_template(
+    status: dict[str, Any], now: datetime, pod: str, code: int, message: str
+) -> dict[str, Any] | None:
     """`status` (as planned) turned Failed because pod was rejected with HTTP `code`; None when retryable."""
     if code != INVALID:
         return None

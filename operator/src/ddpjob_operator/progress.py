@@ -17,8 +17,7 @@ from .timefmt import format_time
 
 log = logging.getLogger("ddpjob.progress")
 
-SERIES = {"ddp_trainer_step": "step", "ddp_trainer_loss": "loss",
-          "ddp_trainer_samples_per_second": "samplesPerSecond"}
+SERIES = {"ddp_trainer_step": "step", "ddp_trainer_loss": "loss", "ddp_trainer_samples_per_second": "samplesPerSecond"}
 
 
 def metrics_url(obs: Observed) -> str | None:
@@ -33,8 +32,10 @@ def metrics_url(obs: Observed) -> str | None:
             continue
         ip = (pod.get("status") or {}).get("podIP")
         container = trainer_container(pod["spec"].get("containers", [])) or {}
-        port = next((p.get("containerPort") for p in container.get("ports") or []
-                     if p.get("name") == api.METRICS_PORT_NAME), None)
+        port = next(
+            (p.get("containerPort") for p in container.get("ports") or [] if p.get("name") == api.METRICS_PORT_NAME),
+            None,
+        )
         if ip and port and (pod.get("status") or {}).get("phase") == "Running":
             return f"http://{ip}:{port}/metrics"
     return None
@@ -67,7 +68,7 @@ class ProgressScraper:
         self._last[key] = time.monotonic()
         try:
             text = await asyncio.to_thread(self._fetch, url)
-        except (OSError, ValueError) as exc:  # an unreachable trainer is normal (starting, simulated node): no progress yet
+        except (OSError, ValueError) as exc:  # an unreachable trainer is normal (starting, simulated node)
             log.debug("no progress from %s: %s", url, exc)
             return None
         try:

@@ -14,7 +14,7 @@ from . import api, metrics
 from .applier import ApplyResult, PlanApplier
 from .expectations import Expectations, view_of
 from .plan import Event, Observed, Plan
-from .planner import PlannerSettings, plan_release_orphans, plan_reconcile
+from .planner import PlannerSettings, plan_reconcile, plan_release_orphans
 from .pod_rejection import reject_unschedulable_template
 from .progress import ProgressScraper
 from .timefmt import utcnow
@@ -29,8 +29,14 @@ REJECTED_RETRY_SECONDS = 10.0
 
 
 class Reconciler:
-    def __init__(self, api_client: client.ApiClient, cache: WatchCache, settings: PlannerSettings,
-                 progress: ProgressScraper, expectations: Expectations | None = None):
+    def __init__(
+        self,
+        api_client: client.ApiClient,
+        cache: WatchCache,
+        settings: PlannerSettings,
+        progress: ProgressScraper,
+        expectations: Expectations | None = None,
+    ):
         self.cache = cache
         self.expectations = expectations or Expectations(time.monotonic)
         self.applier = PlanApplier(api_client, self.expectations)
@@ -53,7 +59,8 @@ class Reconciler:
     async def _reconcile(self, key: Key) -> float | None:
         job, pods = self.cache.job(key), self.cache.pods_of(key)
         ready, wait = self.expectations.satisfied(
-            key, view_of(job, pods, self.cache.child_kinds(key, key[1]), api.TRACKING_FINALIZER))
+            key, view_of(job, pods, self.cache.child_kinds(key, key[1]), api.TRACKING_FINALIZER)
+        )
         if not ready:
             # The watch event that satisfies it wakes this key again; the wait is only the timeout's safety net.
             return wait
@@ -95,7 +102,7 @@ class Reconciler:
                 metrics.record(observation)
             for event in plan.events:
                 log.info("%s: %s", event.reason, event.message, extra=fields)
-        shown = plan.status if result.status_written else (obs.job.get("status") or {})
+        shown = (plan.status if result.status_written else None) or obs.job.get("status") or {}
         if shown.get("phase"):
             self.phases.set(key, shown["phase"])
         return plan.requeue_after

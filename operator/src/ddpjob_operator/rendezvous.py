@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from . import api
 from .spec import JobSpec
 
@@ -36,13 +38,16 @@ def rendezvous_id(job_uid: str, attempt: int) -> str:
     return f"{job_uid}-{attempt}"
 
 
-def rendezvous_env(*, job: str, namespace: str, job_uid: str, spec: JobSpec, index: int, attempt: int,
-                   restarts: int) -> list[dict]:
+def rendezvous_env(
+    *, job: str, namespace: str, job_uid: str, spec: JobSpec, index: int, attempt: int, restarts: int
+) -> list[dict]:
     """The variables the operator owns, in a stable order (a pod's env is compared by tests and humans)."""
     host = rendezvous_host(job, namespace)
     port = spec.rendezvous.port
-    conf = (f"is_host={'true' if index == 0 else 'false'},join_timeout={spec.rendezvous.join_timeout_seconds},"
-            f"last_call_timeout={spec.rendezvous.last_call_timeout_seconds}")
+    conf = (
+        f"is_host={'true' if index == 0 else 'false'},join_timeout={spec.rendezvous.join_timeout_seconds},"
+        f"last_call_timeout={spec.rendezvous.last_call_timeout_seconds}"
+    )
     plain = {
         "PET_NNODES": nnodes(spec),
         "PET_NPROC_PER_NODE": str(spec.procs_per_pod),
@@ -62,7 +67,7 @@ def rendezvous_env(*, job: str, namespace: str, job_uid: str, spec: JobSpec, ind
         "DDPJOB_RESTARTS": str(restarts),
         "DDPJOB_COLLECTIVE_TIMEOUT_SECONDS": str(COLLECTIVE_TIMEOUT_SECONDS),
     }
-    env = [{"name": k, "value": v} for k, v in plain.items()]
+    env: list[dict[str, Any]] = [{"name": k, "value": v} for k, v in plain.items()]
     env.append({"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}})
     return env
 

@@ -15,6 +15,7 @@ BACKOFF_CAP_SECONDS = 300
 @dataclass(frozen=True)
 class RestartBudget:
     """Whole-group restarts allowed (runPolicy.backoffLimit) and already used (status.restarts)."""
+
     limit: int
     used: int
 
@@ -41,14 +42,15 @@ def decide_restart(policy: str, failure: f.Failure, budget: RestartBudget) -> Re
     if policy == "Never":
         return RestartDecision(FAIL, "PodFailed", f"{cause}; restartPolicy is Never")
     if policy == "ExitCode" and permanent_under_exit_code(failure):
-        return RestartDecision(FAIL, "PermanentExitCode",
-                               f"{cause}; exit codes 1-127 are permanent under restartPolicy ExitCode")
+        return RestartDecision(
+            FAIL, "PermanentExitCode", f"{cause}; exit codes 1-127 are permanent under restartPolicy ExitCode"
+        )
     # ExitCode's retryable failures spend the same budget as OnFailure (kubeflow #2045 let them loop forever).
     if budget.exhausted:
-        return RestartDecision(FAIL, "BackoffLimitExceeded",
-                               f"{cause}; backoffLimit {budget.limit} reached after {budget.used} restarts")
-    return RestartDecision(RESTART, failure.kind,
-                           f"{cause}; restarting the group ({budget.used + 1}/{budget.limit})")
+        return RestartDecision(
+            FAIL, "BackoffLimitExceeded", f"{cause}; backoffLimit {budget.limit} reached after {budget.used} restarts"
+        )
+    return RestartDecision(RESTART, failure.kind, f"{cause}; restarting the group ({budget.used + 1}/{budget.limit})")
 
 
 def backoff_seconds(base: int, restarts: int) -> int:

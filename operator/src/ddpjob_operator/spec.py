@@ -90,7 +90,9 @@ def parse_spec(raw: dict[str, Any]) -> JobSpec:
             min_replicas=int(elastic["minReplicas"]),
             max_replicas=int(elastic["maxReplicas"]),
             max_restarts=int(elastic.get("maxRestarts", 0)),
-        ) if elastic else None,
+        )
+        if elastic
+        else None,
         restart_policy=raw.get("restartPolicy", "OnFailure"),
         run_policy=RunPolicy(
             backoff_limit=int(run.get("backoffLimit", 3)),

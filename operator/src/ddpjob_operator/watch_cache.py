@@ -13,7 +13,6 @@ from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import Any
 
-from . import api
 from .plan import Observed
 
 Key = tuple[str, str]  # (namespace, job name)
@@ -31,8 +30,13 @@ def _pick(source: Mapping[str, Any] | None, keys: Iterable[str]) -> dict[str, An
 def slim_job(body: Mapping[str, Any]) -> dict[str, Any]:
     """The whole job but managedFields (which the planner never reads and which can be large)."""
     meta = {k: v for k, v in (body.get("metadata") or {}).items() if k != "managedFields"}
-    return {"apiVersion": body.get("apiVersion"), "kind": body.get("kind"), "metadata": meta,
-            "spec": dict(body.get("spec") or {}), "status": dict(body.get("status") or {})}
+    return {
+        "apiVersion": body.get("apiVersion"),
+        "kind": body.get("kind"),
+        "metadata": meta,
+        "spec": dict(body.get("spec") or {}),
+        "status": dict(body.get("status") or {}),
+    }
 
 
 def slim_pod(body: Mapping[str, Any]) -> dict[str, Any]:
@@ -41,24 +45,48 @@ def slim_pod(body: Mapping[str, Any]) -> dict[str, Any]:
     spec = body.get("spec") or {}
     status = body.get("status") or {}
     containers = [_pick(c, ("name", "ports")) for c in spec.get("containers") or []]
-    container_statuses = [{"name": cs.get("name"), "state": {"terminated": cs["state"]["terminated"]}}
-                          if (cs.get("state") or {}).get("terminated") else {"name": cs.get("name")}
-                          for cs in status.get("containerStatuses") or []]
-    conditions = [_pick(c, ("type", "status", "reason", "message"))
-                  for c in status.get("conditions") or [] if c.get("type") in ("DisruptionTarget", "PodScheduled")]
+    container_statuses = [
+        {"name": cs.get("name"), "state": {"terminated": cs["state"]["terminated"]}}
+        if (cs.get("state") or {}).get("terminated")
+        else {"name": cs.get("name")}
+        for cs in status.get("containerStatuses") or []
+    ]
+    conditions = [
+        _pick(c, ("type", "status", "reason", "message"))
+        for c in status.get("conditions") or []
+        if c.get("type") in ("DisruptionTarget", "PodScheduled")
+    ]
     return {
-        "metadata": _pick(meta, ("name", "namespace", "uid", "labels", "ownerReferences", "deletionTimestamp",
-                                 "creationTimestamp", "finalizers", "resourceVersion")),
+        "metadata": _pick(
+            meta,
+            (
+                "name",
+                "namespace",
+                "uid",
+                "labels",
+                "ownerReferences",
+                "deletionTimestamp",
+                "creationTimestamp",
+                "finalizers",
+                "resourceVersion",
+            ),
+        ),
         "spec": {**_pick(spec, ("nodeName",)), "containers": containers},
-        "status": {**_pick(status, ("phase", "reason", "message", "podIP")),
-                   "conditions": conditions, "containerStatuses": container_statuses},
+        "status": {
+            **_pick(status, ("phase", "reason", "message", "podIP")),
+            "conditions": conditions,
+            "containerStatuses": container_statuses,
+        },
     }
 
 
 def slim_node(body: Mapping[str, Any]) -> dict[str, Any]:
     """A node's name and Ready condition: all the failure policy asks of a node."""
-    ready = [_pick(c, ("type", "status", "lastTransitionTime"))
-             for c in (body.get("status") or {}).get("conditions") or [] if c.get("type") == "Ready"]
+    ready = [
+        _pick(c, ("type", "status", "lastTransitionTime"))
+        for c in (body.get("status") or {}).get("conditions") or []
+        if c.get("type") == "Ready"
+    ]
     return {"metadata": {"name": (body.get("metadata") or {}).get("name")}, "status": {"conditions": ready}}
 
 
@@ -75,10 +103,10 @@ class WatchCache:
     """Read-only view over the four indexes the handlers declare."""
 
     def __init__(self, jobs: IndexView, pods: IndexView, nodes: IndexView, children: Iterable[IndexView]):
-        self.jobs = jobs                  # (ns, name) -> [job]
-        self.pods = pods                  # (ns, job-name label) -> [pod]
-        self.nodes = nodes                # node name -> [node]
-        self.children = list(children)    # each: (ns, job-name label) -> [Service or NetworkPolicy entry]
+        self.jobs = jobs  # (ns, name) -> [job]
+        self.pods = pods  # (ns, job-name label) -> [pod]
+        self.nodes = nodes  # node name -> [node]
+        self.children = list(children)  # each: (ns, job-name label) -> [Service or NetworkPolicy entry]
 
     def job(self, key: Key) -> dict[str, Any] | None:
         return _first(self.jobs, key)
@@ -107,8 +135,14 @@ class WatchCache:
                 nodes[name] = node
         kinds = self.child_kinds(key, key[1])
         wants_policy = bool((job.get("spec") or {}).get("networkPolicy"))
-        return Observed(job=job, pods=pods, nodes=nodes, service_exists=SERVICE in kinds, now=now,
-                        network_policy_exists=not wants_policy or NETWORK_POLICY in kinds)
+        return Observed(
+            job=job,
+            pods=pods,
+            nodes=nodes,
+            service_exists=SERVICE in kinds,
+            now=now,
+            network_policy_exists=not wants_policy or NETWORK_POLICY in kinds,
+        )
 
     def orphaned_pods(self, key: Key) -> list[dict[str, Any]]:
         """Pods under this job's label that no live job controls: the job was deleted (or re-created under a new
@@ -122,9 +156,3 @@ def _first(index: IndexView, key: Any) -> dict[str, Any] | None:
     if key not in index:
         return None
     return next(iter(index[key]), None)
-
-
-def job_key_of_pod(pod: Mapping[str, Any]) -> Key | None:
-    meta = pod.get("metadata") or {}
-    job = (meta.get("labels") or {}).get(api.LABEL_JOB_NAME)
-    return (meta.get("namespace"), job) if job else None

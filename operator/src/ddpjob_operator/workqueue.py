@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Hashable
+from typing import Any
 
 log = logging.getLogger("ddpjob.workqueue")
 
@@ -15,7 +16,7 @@ RETRY_CAP_SECONDS = 30.0
 
 
 class WorkQueue:
-    def __init__(self, process: Callable[[Hashable], Awaitable[float | None]], workers: int = 4):
+    def __init__(self, process: Callable[[Any], Awaitable[float | None]], workers: int = 4):
         self._process = process
         self._workers = workers
         self._queue: asyncio.Queue = asyncio.Queue()
@@ -85,8 +86,14 @@ class WorkQueue:
                 count = self._failures.get(key, 0) + 1
                 self._failures[key] = count
                 requeue = min(RETRY_CAP_SECONDS, RETRY_BASE_SECONDS * 2 ** (count - 1))
-                log.warning("reconcile of %s failed (%s: %s); retrying in %.1fs", key, type(exc).__name__, exc,
-                            requeue, exc_info=log.isEnabledFor(logging.DEBUG))
+                log.warning(
+                    "reconcile of %s failed (%s: %s); retrying in %.1fs",
+                    key,
+                    type(exc).__name__,
+                    exc,
+                    requeue,
+                    exc_info=log.isEnabledFor(logging.DEBUG),
+                )
             finally:
                 self._active.discard(key)
                 self._queue.task_done()
