@@ -12,6 +12,7 @@ import argparse
 import json
 import tempfile
 import time
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -20,9 +21,11 @@ from kubernetes import client, config
 from bench_cluster import BenchCluster
 from latency_stats import summarize
 from machine import describe_machine
+from process_usage import read_rss_mib
 from progress_lines import say
 from recovery_at_scale import measure_recovery
-from scale_run import OPERATOR_WORKERS, RunResult, run_workload
+from scale_run import OPERATOR_METRICS_PORT, OPERATOR_WORKERS, RunResult, run_workload
+from steady_state import measure_cache_memory, measure_steady
 
 RESULTS = Path(__file__).resolve().parent / "results"
 AIM_TIME_RATIO = 1.2
@@ -83,12 +86,46 @@ def verdicts(workload: dict) -> dict:
     }
 
 
+def at_rest_then_recovery(cluster: BenchCluster, admin: client.ApiClient, a: argparse.Namespace, pods: int):
+    """While the operator still runs the first workload: steady state, recovery at scale, then cache memory."""
+    recovery = measure_recovery(admin, a.recovery_fraction, pods, a.timeout)
+
+    def run(watch, names, namespace, runner) -> dict:
+        steady = measure_steady(cluster, runner.usage, a.steady_seconds)
+        rec = recovery(watch, names, namespace, runner)
+        memory = measure_cache_memory(
+            admin,
+            namespace,
+            lambda: read_rss_mib(runner.proc.pid),
+            lambda: operator_metric("ddpjob_watch_cache_objects", kind="pods"),
+            a.cache_pods,
+        )
+        return {"steady_state": steady, "recovery": rec, "cache_memory": memory}
+
+    return run
+
+
+def operator_metric(name: str, **labels: str) -> float:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    with urllib.request.urlopen(f"http://127.0.0.1:{OPERATOR_METRICS_PORT}/metrics", timeout=10) as response:
+        text = response.read().decode()
+    return sum(
+        s.value
+        for f in text_string_to_metric_families(text)
+        for s in f.samples
+        if s.name == name and all(s.labels.get(k) == v for k, v in labels.items())
+    )
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--workload", action="append", default=[], help="JOBSxPODS (repeatable; default 1000x2, 100x16)")
     p.add_argument("--nodes", type=int, default=250)
     p.add_argument("--gpus-per-node", type=int, default=8)
     p.add_argument("--recovery-fraction", type=float, default=0.10)
+    p.add_argument("--steady-seconds", type=float, default=300, help="steady state: every job Running, no change")
+    p.add_argument("--cache-pods", type=int, default=10000, help="labelled pods for the cache-memory figure")
     p.add_argument("--timeout", type=float, default=420, help="seconds per run before it is cut short")
     p.add_argument("--cluster-dir", default="", help="reuse this cluster directory and leave the cluster up")
     p.add_argument("--out", default=str(RESULTS / "operator_scale.json"))
@@ -121,13 +158,15 @@ def main() -> int:
             entry: dict[str, Any] = {"name": f"{jobs}x{pods}", "jobs": jobs, "pods_per_job": pods}
             base = run_workload(cluster, admin, "baseline", jobs, pods, log_dir, a.timeout)
             entry["baseline"] = summarize_run(base)
-            recovery = measure_recovery(admin, a.recovery_fraction, pods, a.timeout) if index == 0 else None
-            op = run_workload(cluster, admin, "operator", jobs, pods, log_dir, a.timeout, after_running=recovery)
+            after = at_rest_then_recovery(cluster, admin, a, pods) if index == 0 else None
+            op = run_workload(cluster, admin, "operator", jobs, pods, log_dir, a.timeout, after_running=after)
             entry["operator"] = summarize_run(op)
             entry["ratio"] = ratios(entry["operator"], entry["baseline"])
             entry["aims"] = verdicts(entry)
             if op.recovery is not None:
-                rec = op.recovery
+                report["steady_state"] = {"workload": entry["name"], **op.recovery["steady_state"]}
+                report["cache_memory"] = op.recovery["cache_memory"]
+                rec = op.recovery["recovery"]
                 report["recovery"] = {
                     "workload": entry["name"],
                     "fraction_failed": a.recovery_fraction,

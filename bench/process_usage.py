@@ -27,3 +27,12 @@ def read_usage(pid: int) -> ProcessUsage:
         fields = f.read().rsplit(")", 1)[1].split()
     utime, stime, cutime, cstime = (int(x) for x in fields[11:15])
     return ProcessUsage(peak_rss_mib=peak_kib / 1024, cpu_seconds=(utime + stime + cutime + cstime) / CLOCK_TICKS)
+
+
+def read_rss_mib(pid: int) -> float:
+    """The process's resident set now (VmRSS), in MiB."""
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return 0.0

@@ -52,7 +52,7 @@ def fail_pods(core: client.CoreV1Api, namespace: str, victims: list[tuple[str, s
 
 
 def measure_recovery(admin: client.ApiClient, fraction: float, pods_per_job: int, timeout: float, seed: int = 7):
-    def run(watch: NamespaceWatch, names: list[str], namespace: str) -> dict:
+    def run(watch: NamespaceWatch, names: list[str], namespace: str, runner=None) -> dict:
         core = client.CoreV1Api(admin)
         time.sleep(3)  # let the last status writes of the creation wave land
         pods = core.list_namespaced_pod(namespace, _preload_content=False)

@@ -25,6 +25,7 @@ from request_counts import RequestCounts, parse_counts
 ROOT = Path(__file__).resolve().parents[1]
 SUBMIT_THREADS = 8
 OPERATOR_WORKERS = 4  # the operator's default --workers; the baseline gets the same number of threads
+OPERATOR_METRICS_PORT = 48080
 
 
 def ddpjob(name: str, pods: int) -> dict:
@@ -81,7 +82,7 @@ class Party:
                 "--namespace",
                 self.namespace,
                 "--metrics-port",
-                "48080",
+                str(OPERATOR_METRICS_PORT),
                 "--liveness-port",
                 str(self.liveness_port),
                 "--workers",
@@ -218,7 +219,8 @@ def run_workload(
     timeout: float,
     after_running=None,
 ) -> RunResult:
-    """after_running(watch, names, namespace) runs while the party is still up (the recovery benchmark)."""
+    """after_running(watch, names, namespace, runner) runs while the party is still up (steady state, recovery and
+    cache memory)."""
     namespace = f"{party[:4]}-{jobs}x{pods}"
     core, custom = client.CoreV1Api(admin), client.CustomObjectsApi(admin)
     say(f"{party}: {jobs} DDPJobs x {pods} pods in namespace {namespace}")
@@ -251,9 +253,14 @@ def run_workload(
             f"peak RSS {result.usage.peak_rss_mib:.0f} MiB, CPU {result.usage.cpu_seconds:.1f}s"
         )
         if after_running is not None and not result.timed_out:
-            result.recovery = after_running(watch, names, namespace)
+            result.recovery = after_running(watch, names, namespace, runner)
     finally:
         watch.stop()
-        runner.stop()
-        delete_namespace(core, namespace)
+        if party == "operator":
+            # While the operator still runs: it frees the pods' tracking finalizers as their jobs go.
+            delete_namespace(core, namespace)
+            runner.stop()
+        else:
+            runner.stop()
+            delete_namespace(core, namespace)
     return result
