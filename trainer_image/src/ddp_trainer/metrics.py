@@ -8,30 +8,40 @@ import time
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
+# The series a user's own loop serves too (ddp_trainer.report); each name is written here only. The operator's
+# progress scrape reads step, loss and samples per second (tests/trainer/test_report.py holds it to that).
+STEP_SERIES = "ddp_trainer_step"
+LOSS_SERIES = "ddp_trainer_loss"
+SAMPLES_SERIES = "ddp_trainer_samples"  # a counter: scraped as ddp_trainer_samples_total
+SAMPLES_PER_SECOND_SERIES = "ddp_trainer_samples_per_second"
+WORLD_SIZE_SERIES = "ddp_trainer_world_size"
+RESTART_COUNT_SERIES = "ddp_trainer_restart_count"
+LABELS = ("job", "rank")
+DEFAULT_PORT = 9400  # --metrics.port's default (config.MetricsConfig); the endpoint is on this + LOCAL_RANK
+PORT_ENV = "DDP_TRAINER_METRICS_PORT"  # the env form of --metrics.port (config.env_name)
+
 PHASE_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 
 
 class TrainerMetrics:
     def __init__(self, job: str, rank: int):
         self.registry = CollectorRegistry()
-        labels = ("job", "rank")
+        labels = LABELS
         self._labels = {"job": job, "rank": str(rank)}
         self._samples_counted = 0
 
         def gauge(name, doc):
             return Gauge(name, doc, labels, registry=self.registry).labels(**self._labels)
 
-        self.step = gauge("ddp_trainer_step", "Optimizer steps completed (global, survives restarts)")
+        self.step = gauge(STEP_SERIES, "Optimizer steps completed (global, survives restarts)")
         self.samples_total = Counter(
-            "ddp_trainer_samples", "Training samples consumed by the whole group", labels, registry=self.registry
+            SAMPLES_SERIES, "Training samples consumed by the whole group", labels, registry=self.registry
         ).labels(**self._labels)
-        self.samples_per_second = gauge("ddp_trainer_samples_per_second", "Group throughput over the last log window")
-        self.loss = gauge("ddp_trainer_loss", "Training loss, mean over the group at the last log step")
+        self.samples_per_second = gauge(SAMPLES_PER_SECOND_SERIES, "Group throughput over the last log window")
+        self.loss = gauge(LOSS_SERIES, "Training loss, mean over the group at the last log step")
         self.learning_rate = gauge("ddp_trainer_learning_rate", "Current learning rate")
-        self.world_size = gauge("ddp_trainer_world_size", "Ranks in the process group")
-        self.restart_count = gauge(
-            "ddp_trainer_restart_count", "torchrun in-place restarts (TORCHELASTIC_RESTART_COUNT)"
-        )
+        self.world_size = gauge(WORLD_SIZE_SERIES, "Ranks in the process group")
+        self.restart_count = gauge(RESTART_COUNT_SERIES, "torchrun in-place restarts (TORCHELASTIC_RESTART_COUNT)")
         self.last_checkpoint_step = gauge("ddp_trainer_last_checkpoint_step", "Step of the newest checkpoint")
         self.last_checkpoint_timestamp = gauge(
             "ddp_trainer_last_checkpoint_timestamp_seconds", "Unix time of the newest checkpoint (age = time() - this)"
