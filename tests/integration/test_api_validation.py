@@ -41,6 +41,14 @@ def with_env(name: str) -> dict:
     return job
 
 
+def with_metrics_port_on(container: str, deadline: int = 60) -> dict:
+    job = with_spec(runPolicy__progressDeadlineSeconds=deadline)
+    containers = job["spec"]["template"]["spec"]["containers"]
+    containers.append({"name": "sidecar", "image": "example.invalid/sidecar:1"})
+    next(c for c in containers if c["name"] == container)["ports"] = [{"name": "metrics", "containerPort": 9400}]
+    return job
+
+
 INVALID = [
     ("replicas below min of elastic", with_spec(replicas=1, elastic={"minReplicas": 2, "maxReplicas": 4}),
      "spec.replicas must be within [spec.elastic.minReplicas, spec.elastic.maxReplicas]"),
@@ -71,6 +79,13 @@ INVALID = [
     ("WORLD_SIZE", with_env("WORLD_SIZE"), "env WORLD_SIZE is set by the operator"),
     ("RANK", with_env("RANK"), "env RANK is set by the operator"),
     ("DDPJOB_ identity", with_env("DDPJOB_ATTEMPT"), "env DDPJOB_ATTEMPT is set by the operator"),
+    ("progress deadline without a metrics port", with_spec(runPolicy__progressDeadlineSeconds=60),
+     "spec.runPolicy.progressDeadlineSeconds needs a progress source: add a port named 'metrics' to the trainer "
+     "container"),
+    ("progress deadline with the metrics port on another container", with_metrics_port_on("sidecar"),
+     "spec.runPolicy.progressDeadlineSeconds needs a progress source"),
+    ("progress deadline too short", with_spec(runPolicy__progressDeadlineSeconds=5),
+     "spec.runPolicy.progressDeadlineSeconds in body should be greater than or equal to 10"),
     ("no template", {"apiVersion": "ddpjob.dev/v1alpha1", "kind": "DDPJob", "metadata": {"name": "bad"},
                      "spec": {"replicas": 1}}, 'spec.template: Required value'),
 ]
@@ -119,6 +134,12 @@ def test_template_may_change_while_suspended(kube, crds):
     new["spec"]["containers"][0]["image"] = "example.invalid/other:2"
     kube("patch", "ddpjob", "susp", "--type=merge", "-p", json.dumps({"spec": {"template": new}}))
     assert kube.job("susp")["spec"]["template"]["spec"]["containers"][0]["image"] == "example.invalid/other:2"
+
+
+def test_progress_deadline_with_a_metrics_port_on_the_trainer_is_accepted(kube, crds):
+    res = kube("create", "--dry-run=server", "-f", "-", input=json.dumps(with_metrics_port_on("trainer")),
+               check=False)
+    assert res.returncode == 0, res.stderr
 
 
 def test_kubectl_explain_describes_the_spec(kube, crds):

@@ -297,8 +297,12 @@ def test_orphaned_pods_of_a_deleted_job_are_released():
 
 
 @pytest.mark.parametrize("name, old, scraped, want_written", [
-    ("a new step is written", {"step": 10, "updateTime": ago(10)}, {"step": 20, "updateTime": ago(0)}, True),
-    ("the same step writes nothing", {"step": 10, "updateTime": ago(10)}, {"step": 10, "updateTime": ago(0)}, False),
+    ("a new step is written", {"step": 10, "attempt": 0, "updateTime": ago(10)}, {"step": 20, "updateTime": ago(0)},
+     True),
+    ("the same step writes nothing", {"step": 10, "attempt": 0, "updateTime": ago(10)},
+     {"step": 10, "updateTime": ago(0)}, False),
+    ("the same step of an earlier attempt is the new attempt's first report", {"step": 10, "attempt": 1},
+     {"step": 10, "updateTime": ago(0)}, True),
     ("a first scrape is written", None, {"step": 1, "updateTime": ago(0)}, True),
 ])
 def test_progress_is_written_only_when_it_moved(name, old, scraped, want_written):

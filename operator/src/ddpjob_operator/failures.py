@@ -16,6 +16,7 @@ SIGNAL = "Signal"
 EVICTED = "Evicted"
 DELETED = "Deleted"
 NODE_LOST = "NodeLost"
+NO_PROGRESS = "NoProgress"
 UNKNOWN = "Unknown"
 
 MESSAGE_LIMIT = 1024
@@ -37,6 +38,7 @@ class Failure:
             EVICTED: "was evicted",
             DELETED: "was deleted",
             NODE_LOST: "lost its node",
+            NO_PROGRESS: "made no training progress",
         }.get(self.kind, "failed")
         text = f"pod {self.pod} {what}"
         if self.reason:

@@ -46,6 +46,10 @@ class Runtime:
     node_ready: dict[str, Any] = field(default_factory=dict)
     tasks: list[asyncio.Task] = field(default_factory=list)
 
+    def wake(self, key: tuple[str, str]) -> None:
+        if self.queue is not None:
+            self.queue.add(key)
+
 
 def build_registry(config: OperatorConfig) -> kopf.OperatorRegistry:
     registry = kopf.OperatorRegistry()
@@ -113,7 +117,7 @@ def build_registry(config: OperatorConfig) -> kopf.OperatorRegistry:
             api_client(pool_size=config.workers + 4),
             rt.cache,
             config.planner,
-            ProgressScraper(config.progress_interval_seconds),
+            ProgressScraper(config.progress_interval_seconds, on_answer=rt.wake),
         )
         rt.queue = WorkQueue(rt.reconciler.reconcile, workers=config.workers)
         rt.queue.start()

@@ -18,7 +18,8 @@ class Observed:
     nodes: dict[str, dict[str, Any]]
     service_exists: bool
     now: datetime
-    progress: dict[str, Any] | None = None
+    progress: dict[str, Any] | None = None  # worker 0's latest answer (step, loss, ..., updateTime)
+    progress_since: datetime | None = None  # when this operator process began reading worker 0 of this attempt
     network_policy_exists: bool = True  # only read when spec.networkPolicy asks for one
 
 

@@ -25,6 +25,7 @@ from typing import Any
 from . import api, failures
 from . import conditions as c
 from .builders import JobRef, build_network_policy, build_service, build_worker_pod
+from .no_progress import decide_no_progress, progress_after_scrape
 from .plan import Observed, Plan
 from .progress import metrics_url
 from .restart_policy import RESTART, RestartBudget, backoff_seconds, decide_restart
@@ -277,7 +278,7 @@ def _rescale(obs: Observed, spec: JobSpec, status: dict[str, Any], plan: Plan) -
 
 # --- 5. failure and success -----------------------------------------------------------------------------------
 def current_failures(
-    obs: Observed, settings: PlannerSettings, status: dict[str, Any], pods: SortedPods, plan: Plan
+    obs: Observed, settings: PlannerSettings, spec: JobSpec, status: dict[str, Any], pods: SortedPods, plan: Plan
 ) -> list[failures.Failure]:
     found = []
     for pod in pods.current.values():
@@ -299,6 +300,21 @@ def current_failures(
                         at=obs.now,
                     )
                 )
+    if not found:
+        hung, wait = decide_no_progress(
+            spec.run_policy.progress_deadline_seconds,
+            status.get("phase"),
+            status["attempt"],
+            status.get("progress"),
+            obs.progress,
+            obs.progress_since,
+            obs.now,
+            pod=api.worker_name(obs.job["metadata"]["name"], 0),
+        )
+        if hung is not None:
+            found.append(hung)
+        elif wait is not None:
+            plan.requeue(wait)
     return found
 
 
@@ -313,7 +329,7 @@ def _requeue_for_node_grace(obs: Observed, settings: PlannerSettings, pod: dict[
 def _failure_policy(
     obs: Observed, settings: PlannerSettings, spec: JobSpec, status: dict[str, Any], pods: SortedPods, plan: Plan
 ) -> dict[str, Any] | None:
-    found = current_failures(obs, settings, status, pods, plan)
+    found = current_failures(obs, settings, spec, status, pods, plan)
     if not found:
         return None
     cause = failures.root_cause(found)
@@ -469,7 +485,6 @@ def _readiness(
         return
     if metrics_url(obs) is not None:
         plan.requeue(settings.progress_interval_seconds)
-    old = status.get("progress") or {}
-    # The scrape's own time is not news: a step, loss or rate that did not move writes nothing.
-    if obs.progress and any(old.get(k) != v for k, v in obs.progress.items() if k != "updateTime"):
-        status["progress"] = {**old, **obs.progress}
+    progress = progress_after_scrape(status.get("progress"), obs.progress, status["attempt"], obs.now)
+    if progress is not None:
+        status["progress"] = progress

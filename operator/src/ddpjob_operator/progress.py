@@ -6,6 +6,9 @@ import asyncio
 import logging
 import time
 import urllib.request
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime
 from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
@@ -13,9 +16,11 @@ from prometheus_client.parser import text_string_to_metric_families
 from . import api
 from .plan import Observed
 from .spec import trainer_container
-from .timefmt import format_time
+from .timefmt import format_time, utcnow
 
 log = logging.getLogger("ddpjob.progress")
+
+Key = tuple[str, str]
 
 SERIES = {"ddp_trainer_step": "step", "ddp_trainer_loss": "loss", "ddp_trainer_samples_per_second": "samplesPerSecond"}
 
@@ -52,32 +57,63 @@ def parse_progress(text: str) -> dict[str, Any]:
 
 
 class ProgressScraper:
-    def __init__(self, interval_seconds: float = 10.0, timeout_seconds: float = 1.0):
+    """Reads worker 0's metrics in the background: a pass asks for a scrape when one is due and gets the latest
+    answer at once, so a slow or silent trainer never holds a reconcile worker. Scrapes run on their own small
+    thread pool (not asyncio's default one, which the applier's writes use), at most `concurrency` at a time, and
+    each answer wakes its job (`on_answer`)."""
+
+    def __init__(
+        self,
+        interval_seconds: float = 10.0,
+        timeout_seconds: float = 1.0,
+        concurrency: int = 8,
+        on_answer: Callable[[Key], None] | None = None,
+    ):
         self.interval = interval_seconds
         self.timeout = timeout_seconds
-        self._last: dict[tuple[str, str], float] = {}
+        self.on_answer = on_answer
+        self._pool = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="ddpjob-progress")
+        self._last_try: dict[Key, float] = {}
+        self._in_flight: set[Key] = set()
+        self._latest: dict[Key, tuple[int, dict[str, Any]]] = {}  # attempt, values + updateTime
+        self._since: dict[Key, tuple[int, datetime]] = {}  # attempt, when this process began reading it
 
-    def forget(self, key: tuple[str, str]) -> None:
-        self._last.pop(key, None)
+    def forget(self, key: Key) -> None:
+        self._last_try.pop(key, None)
+        self._latest.pop(key, None)
+        self._since.pop(key, None)
 
-    async def scrape_if_due(self, key: tuple[str, str], obs: Observed) -> dict[str, Any] | None:
+    def observe(self, key: Key, obs: Observed) -> tuple[dict[str, Any] | None, datetime | None]:
+        """(worker 0's latest answer for the current attempt, when this process began reading that attempt);
+        starts a scrape in the background when one is due."""
         url = metrics_url(obs)
+        if url is None:
+            return None, None
+        attempt = int((obs.job.get("status") or {}).get("attempt", 0))
+        if self._since.get(key, (None,))[0] != attempt:
+            self._since[key] = (attempt, obs.now)
         # The planner requeues a Running job every interval; a little slack keeps that wake-up from missing it.
-        if url is None or time.monotonic() - self._last.get(key, -1e9) < 0.9 * self.interval:
-            return None
-        self._last[key] = time.monotonic()
+        due = time.monotonic() - self._last_try.get(key, -1e9) >= 0.9 * self.interval
+        if due and key not in self._in_flight:
+            self._last_try[key] = time.monotonic()
+            self._in_flight.add(key)
+            asyncio.get_running_loop().create_task(self._scrape(key, url, attempt), name=f"ddpjob-progress-{key}")
+        latest = self._latest.get(key)
+        return (latest[1] if latest and latest[0] == attempt else None), self._since[key][1]
+
+    async def _scrape(self, key: Key, url: str, attempt: int) -> None:
         try:
-            text = await asyncio.to_thread(self._fetch, url)
-        except (OSError, ValueError) as exc:  # an unreachable trainer is normal (starting, simulated node)
-            log.debug("no progress from %s: %s", url, exc)
-            return None
-        try:
+            text = await asyncio.get_running_loop().run_in_executor(self._pool, self._fetch, url)
             values = parse_progress(text)
-        except ValueError:
-            return None
-        if not values:
-            return None
-        return {**values, "updateTime": format_time(obs.now)}
+        except (OSError, ValueError) as exc:  # silent: starting, stopped, or a simulated node; not a verdict
+            log.debug("no progress from %s: %s", url, exc)
+            return
+        finally:
+            self._in_flight.discard(key)
+        if values:
+            self._latest[key] = (attempt, {**values, "updateTime": format_time(utcnow())})
+            if self.on_answer is not None:
+                self.on_answer(key)
 
     def _fetch(self, url: str) -> str:
         with urllib.request.urlopen(url, timeout=self.timeout) as response:  # noqa: S310 (pod IP, http only)

@@ -67,9 +67,8 @@ class Reconciler:
         obs = self.cache.observe(key, utcnow())
         if obs is None:
             return await self._release_orphans(key)
-        progress = await self.progress.scrape_if_due(key, obs)
-        if progress:
-            obs = dataclasses.replace(obs, progress=progress)
+        progress, since = self.progress.observe(key, obs)
+        obs = dataclasses.replace(obs, progress=progress, progress_since=since)
         plan = plan_reconcile(obs, self.settings)
         result = await asyncio.to_thread(self.applier.apply, obs, plan)
         return self._after(key, obs, plan, result)

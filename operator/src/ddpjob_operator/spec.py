@@ -27,6 +27,7 @@ class RunPolicy:
     clean_pod_policy: str = "Running"
     suspend: bool = False
     restart_backoff_seconds: int = 5
+    progress_deadline_seconds: int | None = None
 
 
 @dataclass(frozen=True)
@@ -101,6 +102,7 @@ def parse_spec(raw: dict[str, Any]) -> JobSpec:
             clean_pod_policy=run.get("cleanPodPolicy", "Running"),
             suspend=bool(run.get("suspend", False)),
             restart_backoff_seconds=int(run.get("restartBackoffSeconds", 5)),
+            progress_deadline_seconds=run.get("progressDeadlineSeconds"),
         ),
         rendezvous=Rendezvous(
             port=int(rdzv.get("port", 29400)),
