@@ -101,8 +101,8 @@ def test_it_serves_only_names_the_harness_serves():
 
 
 def test_its_port_settings_are_the_harness_flags():
-    assert metrics.DEFAULT_PORT == MetricsConfig().port
-    assert metrics.PORT_ENV == env_name("metrics", "port")
+    assert MetricsConfig().port == metrics.DEFAULT_PORT
+    assert env_name("metrics", "port") == metrics.PORT_ENV
 
 
 @pytest.mark.parametrize("name, port, environ, want", [
