@@ -4,7 +4,6 @@ one, and the operator's own labels cannot be taken over from the template or by 
 from __future__ import annotations
 
 import json
-import time
 
 from support.cluster import wait_until
 
@@ -79,8 +78,15 @@ def test_a_look_alike_pod_is_neither_counted_nor_deleted(kube, operator):
     wait_until(lambda: (kube.get("pod", "stray") or {}).get("status", {}).get("phase") == "Running", timeout=30,
                what="stray pod running")
     kube.fail_pod("stray", exit_code=1, message="not yours")
-    # Several resync passes later: the job never acted on a pod it does not own.
-    time.sleep(6)
+    # A positive signal that the operator has planned "own" since the failure: a spec change it must acknowledge
+    # (observedGeneration), then a few more passes (the 2 s resync) for a lagging pod watch.
+    passes = "ddpjob_reconcile_duration_seconds_count"
+    before = operator.process.metric(passes)
+    kube("patch", "ddpjob", "own", "--type=merge", "-p", json.dumps({"spec": {"runPolicy": {
+        "ttlSecondsAfterFinished": 3600}}}))
+    generation = kube.job("own")["metadata"]["generation"]
+    kube.wait_status("own", lambda s: s.get("observedGeneration") == generation, what="the spec change planned")
+    wait_until(lambda: operator.process.metric(passes) >= before + 4, timeout=30, what="4 more passes")
     status = kube.status("own")
     assert (status["phase"], status["restarts"], status["attempt"], status["replicas"]) == ("Running", 0, 0, 1)
     assert kube.get("pod", "stray") is not None

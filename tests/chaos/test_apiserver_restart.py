@@ -65,6 +65,7 @@ class ApiserverOutage(threading.Thread):
         super().join(timeout)
 
 
+@pytest.mark.disrupts_cluster
 def test_apiserver_restart_mid_workload_keeps_every_invariant(api, namespace, operator_process, seed, figures):
     scripts = build_workload(seed, jobs=JOBS, faults=FAULTS, prefix="a")
     outage = ApiserverOutage()
