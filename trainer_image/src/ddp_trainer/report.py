@@ -79,8 +79,7 @@ class ProgressReporter:
         self.step = step
         if loss is not None:
             # A tensor would keep its autograd graph alive until the next call; detaching does not sync.
-            detach = getattr(loss, "detach", None)
-            self.loss = loss if detach is None else detach()
+            self.loss = loss if loss.__class__ is float else _detached(loss)
         if samples is not None:
             self.samples = samples
             now = self._clock()
@@ -183,6 +182,11 @@ def serve(port: int | None = None) -> bool:
 
 def _warn(problem: str) -> None:
     warnings.warn(f"ddp_trainer.report: no progress endpoint: {problem}; training goes on", RuntimeWarning, 2)
+
+
+def _detached(value: SupportsFloat) -> SupportsFloat:
+    detach = getattr(value, "detach", None)
+    return value if detach is None else detach()
 
 
 def _int_env(environ: Mapping[str, str], name: str, default: int) -> int:
