@@ -6,6 +6,7 @@
 #   BENCH_STEADY_SECONDS=300          steady state: every job Running, nobody acting
 #   BENCH_CACHE_PODS=10000            labelled pods in the operator's cache for the memory figure
 #   BENCH_TRAINER_PAIRS=15            harness/baseline pairs per workload (overhead)
+#   BENCH_REPORT_PAIRS=41             with/without report() pairs per loop body (progress API cost)
 #   BENCH_TRAINER_STEPS=30 BENCH_TRAINER_REPEATS=5   world 1 vs 2 scaling: steps per repeat, repeats
 #   BENCH_NODES=250                   kwok nodes (x 8 GPUs) of the throw-away cluster
 #   BENCH_SKIP="local"                any of: trainer scale local (skip those parts)
@@ -23,6 +24,8 @@ if ! skip trainer; then
   say "trainer: ddp_trainer loop vs a hand-written loop, world 1, paired alternations (ddp_trainer.bench_gpu's loops)"
   rm -f "$results/trainer.json"
   "$py" "$root/bench/trainer_overhead.py" --out "$results/trainer_overhead.json" --pairs "${BENCH_TRAINER_PAIRS:-15}"
+  say "trainer: ddp_trainer.report's report() per step vs none, paired alternations (tensor op, matmul, user-loop step)"
+  "$py" "$root/bench/report_overhead.py" --out "$results/report_overhead.json" --pairs "${BENCH_REPORT_PAIRS:-41}"
   for world in 1 2; do
     say "trainer: gloo world $world, gradient accumulation 1, 2, 4"
     "$py" -m torch.distributed.run --standalone --nproc-per-node "$world" "$root/bench/trainer_scaling.py" \
