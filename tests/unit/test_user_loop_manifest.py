@@ -49,7 +49,8 @@ def test_the_script_accepts_the_manifests_arguments_and_checkpoints_on_the_hostp
     assert args.checkpoint_dir == str(tmp_path / "hostpath" / "var/lib/ddpjob/checkpoints/team-a/user-loop")
 
 
-def test_it_declares_the_metrics_port_report_listens_on(tmp_path):
+def test_it_declares_the_metrics_port_report_listens_on_and_a_progress_deadline(tmp_path):
     container, _ = launch_plan(tmp_path)
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}
     assert ports[api.METRICS_PORT_NAME] == metrics.DEFAULT_PORT  # local rank 0 of worker 0: what the operator reads
+    assert parse_spec(yaml.safe_load(MANIFEST.read_text())["spec"]).run_policy.progress_deadline_seconds == 60
