@@ -173,6 +173,7 @@ def test_a_second_rank_on_the_same_machine_serves_on_its_own_port():
     ("the window restarts after each rate", [(0.0, 0), (1.0, 100), (1.5, 200), (3.0, 700)], 300.0),
     ("the last rate stays between windows", [(0.0, 0), (2.0, 400), (2.5, 500)], 200.0),
     ("a counter that went back starts a new window", [(0.0, 1000), (1.0, 2000), (1.5, 10), (2.5, 110)], 100.0),
+    ("back, but not below the window's start", [(0.0, 0), (1.0, 1000), (1.2, 3000), (1.5, 1500), (2.5, 1600)], 100.0),
     ("calls without samples leave it alone", [(0.0, 0), (1.0, None), (2.0, 100)], 50.0),
 ])
 def test_samples_per_second(name, calls, want):

@@ -81,10 +81,10 @@ class ProgressReporter:
             # A tensor would keep its autograd graph alive until the next call; detaching does not sync.
             self.loss = loss if loss.__class__ is float else _detached(loss)
         if samples is not None:
-            self.samples = samples
+            previous, self.samples = self.samples, samples
             now = self._clock()
             window = self._window
-            if window is None or samples < window[1]:
+            if window is None or (previous is not None and samples < previous):  # a count that went back
                 self._window = (now, samples)
             elif now - window[0] >= RATE_WINDOW_SECONDS:
                 self.samples_per_second = (samples - window[1]) / (now - window[0])
