@@ -31,9 +31,11 @@ def create_group(core: client.CoreV1Api, job: dict) -> None:
     spec = parse_spec(job["spec"])
     _create(core.create_namespaced_service, ref.namespace, build_service(ref, spec))
     for index in range(spec.replicas):
-        _create(
-            core.create_namespaced_pod, ref.namespace, build_worker_pod(ref, spec, index=index, attempt=0, restarts=0)
-        )
+        pod = build_worker_pod(ref, spec, index=index, attempt=0, restarts=0)
+        # The bare client counts no failure, so it has nothing to track: the same pod without the operator's
+        # finalizer (which nobody would release).
+        pod["metadata"].pop("finalizers", None)
+        _create(core.create_namespaced_pod, ref.namespace, pod)
 
 
 def _create(create: Callable[..., Any], namespace: str, body: dict) -> None:
