@@ -257,7 +257,11 @@ def run_workload(
     finally:
         watch.stop()
         if party == "operator":
-            # While the operator still runs: it frees the pods' tracking finalizers as their jobs go.
+            # Jobs first, while the operator still runs: it frees their pods' tracking finalizers as they go (a
+            # namespace deleted under live jobs would first have them restart groups whose pods are going).
+            _ = custom.delete_collection_namespaced_custom_object(
+                "ddpjob.dev", "v1alpha1", namespace, "ddpjobs", _preload_content=False
+            ).data
             delete_namespace(core, namespace)
             runner.stop()
         else:

@@ -11,6 +11,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 from kubernetes import client
+from kubernetes.client.exceptions import ApiException
 
 from bench_cluster import BenchCluster
 from progress_lines import say
@@ -66,13 +67,23 @@ def measure_cache_memory(admin: client.ApiClient, namespace: str, rss_mib, cache
     start_pods, before = cached_pods(), rss_mib()
     say(f"  cache memory: creating {pods} labelled pods (operator RSS now {before:.0f} MiB, {start_pods:.0f} cached)")
 
-    def one(i: int) -> None:
-        _ = core.create_namespaced_pod(
-            namespace, cache_pod(f"cache-{i:05d}", f"cache-{i // 2:05d}"), _preload_content=False
-        ).data
+    def one(i: int) -> bool:
+        body = cache_pod(f"cache-{i:05d}", f"cache-{i // 2:05d}")
+        for attempt in range(20):
+            try:
+                _ = core.create_namespaced_pod(namespace, body, _preload_content=False).data
+                return True
+            except ApiException as exc:
+                if exc.status == 409:
+                    return True
+                if exc.status not in (429, 500, 503, 504):
+                    say(f"  cache memory: pod {i} refused ({exc.status}): {exc.reason}")
+                    return False
+                time.sleep(min(5.0, 0.2 * 2**attempt))  # the API server sheds load: try again
+        return False
 
     with ThreadPoolExecutor(CACHE_POD_THREADS) as pool:
-        list(pool.map(one, range(pods)))
+        pods = sum(pool.map(one, range(pods)))
     deadline = time.monotonic() + 300
     while cached_pods() < start_pods + pods and time.monotonic() < deadline:
         time.sleep(1)
