@@ -24,7 +24,7 @@ from machine import describe_machine
 from process_usage import read_rss_mib
 from progress_lines import say
 from recovery_at_scale import measure_recovery
-from scale_run import OPERATOR_METRICS_PORT, OPERATOR_WORKERS, RunResult, run_workload
+from scale_run import OPERATOR_WORKERS, RunResult, run_workload
 from steady_state import measure_cache_memory, measure_steady
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -98,7 +98,7 @@ def at_rest_then_recovery(cluster: BenchCluster, admin: client.ApiClient, a: arg
                 admin,
                 namespace,
                 lambda: read_rss_mib(runner.proc.pid),
-                lambda: operator_metric("ddpjob_watch_cache_objects", kind="pods"),
+                lambda: operator_metric(runner.metrics_port, "ddpjob_watch_cache_objects", kind="pods"),
                 a.cache_pods,
             )
         except Exception as exc:  # a failed memory figure must not lose the figures measured before it
@@ -109,10 +109,10 @@ def at_rest_then_recovery(cluster: BenchCluster, admin: client.ApiClient, a: arg
     return run
 
 
-def operator_metric(name: str, **labels: str) -> float:
+def operator_metric(port: int, name: str, **labels: str) -> float:
     from prometheus_client.parser import text_string_to_metric_families
 
-    with urllib.request.urlopen(f"http://127.0.0.1:{OPERATOR_METRICS_PORT}/metrics", timeout=10) as response:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
         text = response.read().decode()
     return sum(
         s.value

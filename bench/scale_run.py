@@ -5,6 +5,7 @@ submits), so 'apply -> all pods Running' means the same thing for both."""
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -25,7 +26,12 @@ from request_counts import RequestCounts, parse_counts
 ROOT = Path(__file__).resolve().parents[1]
 SUBMIT_THREADS = 8
 OPERATOR_WORKERS = 4  # the operator's default --workers; the baseline gets the same number of threads
-OPERATOR_METRICS_PORT = 48080
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def ddpjob(name: str, pods: int) -> dict:
@@ -70,7 +76,8 @@ class Party:
         self.party, self.cluster, self.namespace = party, cluster, namespace
         self.log_path = log_dir / f"{party}-{namespace}.log"
         self.proc: subprocess.Popen | None = None
-        self.liveness_port = 48081
+        # Ports of its own each run: a leftover process on a fixed port would answer for it.
+        self.metrics_port, self.liveness_port = free_port(), free_port()
 
     def start(self) -> None:
         env = {**os.environ, "KUBECONFIG": str(self.cluster.kubeconfig(self.party)), "PYTHONUNBUFFERED": "1"}
@@ -82,7 +89,7 @@ class Party:
                 "--namespace",
                 self.namespace,
                 "--metrics-port",
-                str(OPERATOR_METRICS_PORT),
+                str(self.metrics_port),
                 "--liveness-port",
                 str(self.liveness_port),
                 "--workers",

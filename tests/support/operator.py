@@ -56,7 +56,11 @@ class OperatorProcess:
         self.proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=ROOT)
         log.close()
         if wait:
-            self.wait_live()
+            try:
+                self.wait_live()
+            except AssertionError:
+                self.kill()  # a process that never came up must not outlive the test that started it
+                raise
         return self
 
     def wait_live(self, timeout: float = 60) -> None:

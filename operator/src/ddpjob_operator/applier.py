@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import json
 import logging
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -16,7 +17,7 @@ from kubernetes.client.exceptions import ApiException
 
 from . import api, metrics
 from .expectations import Expectations
-from .kube import REQUEST_TIMEOUT, body, reason_of, status_of
+from .kube import REQUEST_TIMEOUT, drained, reason_of, status_of
 from .plan import Observed, Plan
 from .timefmt import format_time
 from .watch_cache import NETWORK_POLICY, SERVICE
@@ -85,7 +86,7 @@ class PlanApplier:
             if created is not None:
                 result.created_pods += 1
                 metrics.PODS_CREATED.inc()
-                self.expect.created_pod(key, body(created)["metadata"]["uid"])
+                self.expect.created_pod(key, json.loads(created)["metadata"]["uid"])
                 log.info(
                     "created pod",
                     extra={
@@ -114,15 +115,17 @@ class PlanApplier:
         try:
             # PUT with the resourceVersion we read: a concurrent change (a spec edit, another writer) makes this
             # a 409 and the pass is simply re-run on fresh state.
-            self.custom.replace_namespaced_custom_object_status(
-                api.GROUP,
-                api.VERSION,
-                meta["namespace"],
-                api.PLURAL,
-                meta["name"],
-                new,
-                _preload_content=False,
-                _request_timeout=REQUEST_TIMEOUT,
+            drained(
+                self.custom.replace_namespaced_custom_object_status(
+                    api.GROUP,
+                    api.VERSION,
+                    meta["namespace"],
+                    api.PLURAL,
+                    meta["name"],
+                    new,
+                    _preload_content=False,
+                    _request_timeout=REQUEST_TIMEOUT,
+                )
             )
         except ApiException as exc:
             if status_of(exc) == 409:  # the cache was behind: the pass re-runs once the watch catches up
@@ -159,8 +162,10 @@ class PlanApplier:
                 "reportingComponent": api.MANAGED_BY,
             }
             try:
-                self.core.create_namespaced_event(
-                    meta["namespace"], event_body, _preload_content=False, _request_timeout=REQUEST_TIMEOUT
+                drained(
+                    self.core.create_namespaced_event(
+                        meta["namespace"], event_body, _preload_content=False, _request_timeout=REQUEST_TIMEOUT
+                    )
                 )
             except ApiException as exc:
                 # Events are best effort: the status already says the same thing.
@@ -177,8 +182,10 @@ class PlanApplier:
             grace_period_seconds=grace, preconditions=client.V1Preconditions(uid=uid) if uid else None
         )
         try:
-            self.core.delete_namespaced_pod(
-                pod, ns, body=options, _preload_content=False, _request_timeout=REQUEST_TIMEOUT
+            drained(
+                self.core.delete_namespaced_pod(
+                    pod, ns, body=options, _preload_content=False, _request_timeout=REQUEST_TIMEOUT
+                )
             )
             log.info("force-deleted pod" if grace == 0 else "deleted pod", extra={"job": f"{ns}/{job}", "pod": pod})
         except ApiException as exc:
@@ -204,8 +211,10 @@ class PlanApplier:
             {"op": "remove", "path": where},
         ]
         try:
-            self.core.patch_namespaced_pod(
-                meta["name"], ns, patch, _preload_content=False, _request_timeout=REQUEST_TIMEOUT
+            drained(
+                self.core.patch_namespaced_pod(
+                    meta["name"], ns, patch, _preload_content=False, _request_timeout=REQUEST_TIMEOUT
+                )
             )
         except ApiException as exc:
             if status_of(exc) not in (404, 409, 422):
@@ -226,10 +235,11 @@ class PlanApplier:
                 raise
 
     @staticmethod
-    def _create(call):
-        """The API server's answer, or None when the object already exists (a create that already happened)."""
+    def _create(call) -> bytes | None:
+        """The API server's answer (raw JSON), or None when the object already exists (a create that already
+        happened)."""
         try:
-            return call()
+            return drained(call())
         except ApiException as exc:
             if status_of(exc) == 409:
                 return None

@@ -22,9 +22,10 @@ def api_client(pool_size: int = 8) -> client.ApiClient:
     return client.ApiClient(configuration=cfg)
 
 
-def body(response: Any) -> dict[str, Any]:
-    """Decode a response read with _preload_content=False (plain dicts, no model round-trip)."""
-    return json.loads(response.data)
+def drained(response: Any) -> bytes:
+    """Read a response sent with _preload_content=False to its end: only then does its connection go back to the
+    pool (an unread one is dropped, and the next request pays a new TLS handshake)."""
+    return response.data
 
 
 def status_of(exc: ApiException) -> int:

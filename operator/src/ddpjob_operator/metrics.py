@@ -66,15 +66,15 @@ class PhaseGauge:
             JOBS.labels(phase=phase).set(0)
 
     def set(self, key: tuple[str, str], phase: str | None) -> None:
-        if phase is None:
-            self._phases.pop(key, None)
-        else:
+        """O(1): only the old and the new phase's counts move (every pass calls this)."""
+        old = self._phases.pop(key, None) if phase is None else self._phases.get(key)
+        if old == phase:
+            return
+        if phase is not None:
             self._phases[key] = phase
-        counts = {p: 0 for p in PHASES}
-        for value in self._phases.values():
-            counts[value] = counts.get(value, 0) + 1
-        for phase, count in counts.items():
-            JOBS.labels(phase=phase).set(count)
+            JOBS.labels(phase=phase).inc()
+        if old is not None:
+            JOBS.labels(phase=old).dec()
 
 
 def watch_cache_sizes(indexes: dict[str, Any]) -> None:
