@@ -11,7 +11,7 @@ GPUS_PER_NODE ?= 8
 PYTEST_ARGS ?=
 UPGRADE ?= 0
 UPGRADE_PACKAGE ?=
-# What `make lint` covers; tests/ is outside the gate. ddpjob_operator is excluded in pyproject.toml for now.
+# What `make lint` covers; tests/ is outside the gate.
 LINT_PATHS := operator trainer_image bench $(wildcard hack/*.py)
 
 .PHONY: help setup venv lock tools cluster-up cluster-down cluster-status test test-unit test-integration test-trainer test-e2e test-chart test-chaos demo operator bench lint

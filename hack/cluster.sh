@@ -111,12 +111,14 @@ cmdline() {
       --kubelet-client-certificate=$pki/apiserver-kubelet-client.crt --kubelet-client-key=$pki/apiserver-kubelet-client.key \
       --kubelet-preferred-address-types=InternalIP,Hostname --profiling=false --max-requests-inflight=1000 \
       --max-mutating-requests-inflight=500 --endpoint-reconciler-type=none --v=1" ;;
+    # No endpoints/EndpointSlice controllers: nothing here resolves a Service through them (the local node writes
+    # /etc/hosts; kwok pods are not reached), and they refuse loopback pod IPs with a warning event on every job.
     kube-controller-manager) echo "$bin/kube-controller-manager --kubeconfig=$dir/controller-manager.kubeconfig \
       --authentication-kubeconfig=$dir/controller-manager.kubeconfig --authorization-kubeconfig=$dir/controller-manager.kubeconfig \
       --bind-address=127.0.0.1 --secure-port=$KCM_PORT --leader-elect=false --use-service-account-credentials=true \
       --service-account-private-key-file=$pki/sa.key --root-ca-file=$pki/ca.crt \
       --cluster-signing-cert-file=$pki/ca.crt --cluster-signing-key-file=$pki/ca.key \
-      --controllers=*,-cloud-node-lifecycle,-service-lb-controller,-node-route-controller \
+      --controllers=*,-cloud-node-lifecycle,-service-lb-controller,-node-route-controller,-endpoints-controller,-endpointslice-controller,-endpointslice-mirroring-controller \
       --kube-api-qps=200 --kube-api-burst=400 --concurrent-gc-syncs=40 --node-monitor-grace-period=30s --profiling=false --v=1" ;;
     kube-scheduler) echo "$bin/kube-scheduler --kubeconfig=$dir/scheduler.kubeconfig \
       --authentication-kubeconfig=$dir/scheduler.kubeconfig --authorization-kubeconfig=$dir/scheduler.kubeconfig \

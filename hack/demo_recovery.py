@@ -135,9 +135,12 @@ def _cmdline(pid: int) -> str:
         return ""
 
 
-def find_worker_process(cluster_dir: Path, pods: list[dict], replica: str) -> Victim | None:
-    """A trainer worker process (a child of torchrun) of the running pod with this replica index. The pod's
-    containerID (`local://<pid>`) names the local node's shim; the workers are below it."""
+def find_worker_process(
+    cluster_dir: Path, pods: list[dict], replica: str, marker: str = "ddp_trainer"
+) -> Victim | None:
+    """A trainer worker process (a child of torchrun whose command line holds `marker`) of the running pod with
+    this replica index. The pod's containerID (`local://<pid>`) names the local node's shim; the workers are
+    below it."""
     for pod in pods:
         if pod["metadata"]["labels"].get("ddpjob.dev/replica-index") != replica:
             continue
@@ -153,7 +156,7 @@ def find_worker_process(cluster_dir: Path, pods: list[dict], replica: str) -> Vi
                 kids = _children(pid)
                 todo += kids
                 line = _cmdline(pid)
-                if "ddp_trainer" in line and "torchrun" not in line and "torchrun" in _cmdline(_parent(pid)):
+                if marker in line and "torchrun" not in line and "torchrun" in _cmdline(_parent(pid)):
                     return Victim(pid, line[:80])
     return None
 

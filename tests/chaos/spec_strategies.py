@@ -91,7 +91,10 @@ def ddpjob_specs(draw):
             "ttlSecondsAfterFinished": mostly(st.integers(0, 30), st.just(-1)),
             "cleanPodPolicy": mostly(st.sampled_from(["All", "Running", "None"]), st.just("Some")),
             "suspend": st.booleans(),
-            "restartBackoffSeconds": mostly(st.integers(0, 2), st.one_of(st.just(-1), st.integers(3601, 3700)))})),
+            "restartBackoffSeconds": mostly(st.integers(0, 2), st.one_of(st.just(-1), st.integers(3601, 3700))),
+            # Accepted only with a `metrics` port on the trainer container (which the containers sometimes have).
+            "progressDeadlineSeconds": mostly(st.integers(10, 60), st.one_of(st.integers(0, 9),
+                                                                             st.integers(86401, 86500)))})),
         "elastic": maybe(mostly(elastic_bounds(), st.fixed_dictionaries(
             {"minReplicas": st.integers(0, 4), "maxReplicas": st.integers(0, 5)})), absent_weight=3),
         "rendezvous": maybe(st.fixed_dictionaries({}, optional={

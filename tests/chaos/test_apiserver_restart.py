@@ -1,7 +1,8 @@
 """The apiserver goes away for 20 s in the middle of the workload and comes back. The operator (never restarted
 by the test) reconnects by itself, and every invariant of the operator-kill run holds.
 
-Named zz so that it runs last in `make test`: stopping the shared apiserver disturbs whatever else is running."""
+Marked disrupts_cluster so that it runs last in `make test`: stopping the shared apiserver disturbs whatever else
+is running."""
 
 from __future__ import annotations
 

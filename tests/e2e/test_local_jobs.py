@@ -5,10 +5,14 @@ from __future__ import annotations
 
 import json
 import os
+import random
+import re
 import signal
 import time
+from pathlib import Path
 
 import pytest
+import yaml
 
 from conftest import apply_job, digits_job, job_status, pods
 from demo_recovery import RecoveryClock, find_worker_process, parse_trainer_log
@@ -150,3 +154,96 @@ def test_stopping_the_agent_mid_job_makes_the_node_not_ready_and_the_group_resta
     trainer = parse_trainer_log(worker0_log(cluster, namespace))
     assert trainer.resumed_step and trainer.resumed_step > 0, trainer
     assert trainer.steps[-1] == 300
+
+
+def wait_for_reported_step(cluster, namespace: str, job: str, step: int) -> None:
+    wait_until(lambda: (job_status(cluster, namespace, job).get("progress") or {}).get("step", 0) >= step,
+               timeout=JOB_TIMEOUT, interval=0.5, what=f"{job} reports step {step} in status.progress")
+
+
+def hang_one_rank(cluster, namespace: str, job: str, deadline: int, marker: str = "ddp_trainer") -> float:
+    """SIGSTOP a trainer process of worker 1 (rank 0, which serves worker 0's metrics, stays up and blocks in
+    the collective) and return the seconds from the stop to the NoProgress restart in status."""
+    victim = find_worker_process(localnode.CLUSTER_DIR, pods(cluster, namespace, job), replica="1", marker=marker)
+    assert victim, f"no trainer worker process found under {job}-worker-1"
+    stopped = time.monotonic()
+    os.kill(victim.pid, signal.SIGSTOP)
+    try:
+        wait_until(lambda: job_status(cluster, namespace, job).get("restarts") == 1,
+                   timeout=deadline + 120, interval=0.3, what="the NoProgress restart")
+    finally:
+        try:
+            os.kill(victim.pid, signal.SIGCONT)  # if the restart did not take it down, let it die normally
+        except ProcessLookupError:
+            pass
+    return time.monotonic() - stopped
+
+
+def test_a_stopped_rank_is_found_by_the_progress_deadline_and_the_group_resumes_to_the_exact_step(
+        cluster, operator, namespace):
+    deadline = 15
+    # The collective timeout the operator sets (300 s) is far longer than the deadline: only the operator can act.
+    apply_job(cluster, namespace, digits_job(steps=300, every=20, runPolicy={
+        "backoffLimit": 3, "restartBackoffSeconds": 0, "progressDeadlineSeconds": deadline}))
+    wait_for_reported_step(cluster, namespace, "digits", 60)
+    detected = hang_one_rank(cluster, namespace, "digits", deadline)
+    status = run_to_end(cluster, namespace)
+    assert status["lastFailure"]["kind"] == "NoProgress", status
+    assert "has not advanced" in status["lastFailure"]["message"], status
+    trainer = assert_resumed_and_finished(cluster, namespace, status, 300)
+    assert trainer.steps[-1] == 300
+    print(f"\nhang detection (harness, deadline {deadline}s, progress interval 2s): {detected:.1f}s from SIGSTOP "
+          f"to the NoProgress restart")
+    record_hang("harness", deadline, detected)
+
+
+def record_hang(name: str, deadline: int, detected: float) -> None:
+    path = localnode.CLUSTER_DIR / "local-node" / "hang-detection.jsonl"
+    with open(path, "a") as f:
+        f.write(json.dumps({"case": name, "deadline_seconds": deadline, "detected_seconds": round(detected, 1)})
+                + "\n")
+
+
+USER_LOOP = Path(__file__).resolve().parents[2] / "examples" / "user-loop.yaml"
+
+
+def user_loop_job(steps: int, deadline: int) -> dict:
+    """examples/user-loop.yaml (a plain DDP script calling ddp_trainer.report), shortened."""
+    job = yaml.safe_load(USER_LOOP.read_text())
+    container = job["spec"]["template"]["spec"]["containers"][0]
+    shorter = {"--steps": str(steps), "--checkpoint-every": "20", "--log-every": "10"}
+    container["args"] = [f"{a.split('=')[0]}={shorter[a.split('=')[0]]}" if a.split("=")[0] in shorter else a
+                         for a in container["args"]]
+    job["spec"]["runPolicy"] = {"backoffLimit": 3, "restartBackoffSeconds": 0, "progressDeadlineSeconds": deadline}
+    job["spec"]["rendezvous"] = {"port": random.randint(30000, 32000)}  # the machine is shared (conftest.py)
+    return job
+
+
+def step_column(cluster, namespace: str, job: str) -> int | None:
+    """The STEP column of `kubectl get ddpj -o wide`, as a user reads it."""
+    lines = cluster.kubectl("-n", namespace, "get", "ddpj", job, "-o", "wide").stdout.splitlines()
+    header, row = lines[0].split(), lines[1].split()
+    value = row[header.index("STEP")] if len(row) == len(header) else None
+    return int(value) if value and value.isdigit() else None
+
+
+def test_a_users_own_loop_reports_progress_and_a_stopped_rank_is_found_by_the_deadline(
+        cluster, operator, namespace):
+    deadline, steps = 15, 400
+    apply_job(cluster, namespace, user_loop_job(steps, deadline))
+    first = wait_until(lambda: step_column(cluster, namespace, "user-loop"), timeout=JOB_TIMEOUT, interval=0.5,
+                       what="a STEP in kubectl get ddpj")
+    wait_until(lambda: (step_column(cluster, namespace, "user-loop") or 0) > first, timeout=60, interval=0.5,
+               what="the STEP column advancing")
+    wait_for_reported_step(cluster, namespace, "user-loop", 60)
+    detected = hang_one_rank(cluster, namespace, "user-loop", deadline, marker="train.py")
+    status = run_to_end(cluster, namespace, job="user-loop")
+    assert status["phase"] == "Succeeded", status
+    assert (status["restarts"], status["lastFailure"]["kind"]) == (1, "NoProgress"), status
+    log = worker0_log(cluster, namespace, "user-loop")
+    resumed = [int(m) for m in re.findall(r"resumed from checkpoint step=(\d+)", log)]
+    assert resumed and 0 < resumed[-1] < steps, log[-2000:]
+    assert f"done step={steps}" in log, log[-2000:]
+    print(f"\nhang detection (user loop, deadline {deadline}s, progress interval 2s): {detected:.1f}s from SIGSTOP "
+          f"to the NoProgress restart")
+    record_hang("user loop", deadline, detected)

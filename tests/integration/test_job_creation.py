@@ -61,6 +61,11 @@ def test_job_gets_service_and_gpu_pods_with_exact_env(kube, operator):
     # Pods that run within the settle time are announced with the Running event; slower ones get their own.
     assert any(e["reason"] == "CreatedPods" or e["message"].startswith("created 2 pods for attempt 0") for e in events)
 
+    # A quiet local mode: no endpoint controllers, so a healthy job's namespace shows no warning (the loopback pod
+    # IPs used to draw FailedToUpdateEndpointSlices on every job).
+    assert kube.get("endpointslices")["items"] == []
+    assert [e["reason"] for e in kube.get("events")["items"] if e["type"] == "Warning"] == []
+
     job = kube.job("train")
     assert not job["metadata"].get("finalizers"), "no finalizer may strand a job while the operator is down"
     assert not any("kopf" in k for k in (job["metadata"].get("annotations") or {}))

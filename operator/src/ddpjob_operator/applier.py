@@ -9,8 +9,11 @@ import copy
 import functools
 import json
 import logging
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
 
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
@@ -24,6 +27,9 @@ from .watch_cache import NETWORK_POLICY, SERVICE
 
 log = logging.getLogger("ddpjob.applier")
 
+WRITE_CONCURRENCY = 16  # writes in flight at once across all passes (the API client's pool is sized for it)
+CREATED, EXISTED, REJECTED = "created", "existed", "rejected"
+
 
 @dataclass
 class ApplyResult:
@@ -36,65 +42,42 @@ class ApplyResult:
 
 
 class PlanApplier:
-    def __init__(self, api_client: client.ApiClient, expectations: Expectations):
+    def __init__(self, api_client: client.ApiClient, expectations: Expectations, concurrency: int = WRITE_CONCURRENCY):
         self.core = client.CoreV1Api(api_client)
         self.custom = client.CustomObjectsApi(api_client)
         self.networking = client.NetworkingV1Api(api_client)
         self.expect = expectations
+        self._pool = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="ddpjob-write")
 
     def apply(self, obs: Observed, plan: Plan) -> ApplyResult:
         meta = obs.job["metadata"]
-        ns, name = meta["namespace"], meta["name"]
-        key = (ns, name)
+        ns, job = meta["namespace"], meta["name"]
+        key = (ns, job)
         result = ApplyResult()
         uids = {p["metadata"]["name"]: p["metadata"]["uid"] for p in obs.pods}
-        for name in plan.delete_pods:
-            self._delete_pod(key, name, uids.get(name), grace=None)
-        for name in plan.force_delete_pods:
-            self._delete_pod(key, name, uids.get(name), grace=0)
         by_name = {p["metadata"]["name"]: p for p in obs.pods}
-        for name in plan.release_pods:
-            self.release_pod(key, by_name[name])
-        service, policy = plan.create_service, plan.create_network_policy
-        if service is not None and self._create(
-            lambda: self.core.create_namespaced_service(
-                ns, service, _preload_content=False, _request_timeout=REQUEST_TIMEOUT
-            )
-        ):
-            self.expect.created_child(key, SERVICE)
-        if policy is not None and self._create(
-            lambda: self.networking.create_namespaced_network_policy(
-                ns, policy, _preload_content=False, _request_timeout=REQUEST_TIMEOUT
-            )
-        ):
-            self.expect.created_child(key, NETWORK_POLICY)
-        for pod in plan.create_pods:
-            pod_name = pod["metadata"]["name"]
-            try:
-                created = self._create(
-                    functools.partial(
-                        self.core.create_namespaced_pod,
-                        ns,
-                        pod,
-                        _preload_content=False,
-                        _request_timeout=REQUEST_TIMEOUT,
-                    )
-                )
-            except ApiException as exc:
-                result.rejected.append((pod_name, status_of(exc), reason_of(exc)))
+        # Writes that do not depend on each other go out together: one round trip per pass, not one per object.
+        self._together(
+            [functools.partial(self._delete_pod, key, pod, uids.get(pod), None) for pod in plan.delete_pods]
+            + [functools.partial(self._delete_pod, key, pod, uids.get(pod), 0) for pod in plan.force_delete_pods]
+            + [functools.partial(self.release_pod, key, by_name[pod]) for pod in plan.release_pods]
+        )
+        creations: list[Callable[[], tuple[str, str, int, str] | None]] = []
+        if plan.create_service is not None:
+            call = functools.partial(self.core.create_namespaced_service, ns, plan.create_service)
+            creations.append(functools.partial(self._create_child, key, SERVICE, call))
+        if plan.create_network_policy is not None:
+            call = functools.partial(self.networking.create_namespaced_network_policy, ns, plan.create_network_policy)
+            creations.append(functools.partial(self._create_child, key, NETWORK_POLICY, call))
+        creations += [functools.partial(self._create_pod, key, pod) for pod in plan.create_pods]
+        for outcome in self._together(creations):
+            if outcome is None:
                 continue
-            if created is not None:
+            what, pod_name, code, message = outcome
+            if what == CREATED:
                 result.created_pods += 1
-                metrics.PODS_CREATED.inc()
-                self.expect.created_pod(key, json.loads(created)["metadata"]["uid"])
-                log.info(
-                    "created pod",
-                    extra={
-                        "job": f"{ns}/{name}",
-                        "pod": pod_name,
-                        "attempt": pod["metadata"]["labels"][api.LABEL_ATTEMPT],
-                    },
-                )
+            elif what == REJECTED:
+                result.rejected.append((pod_name, code, message))
         if result.rejected:
             return result  # the status must not claim pods that do not exist
         if plan.defer_status:
@@ -105,7 +88,7 @@ class PlanApplier:
                 return result
         self.post_events(obs.job, plan, obs.now)
         if plan.delete_job:
-            self._delete_job(ns, name, meta["uid"], result)
+            self._delete_job(ns, job, meta["uid"], result)
         return result
 
     def write_status(self, job: dict, status: dict, result: ApplyResult) -> bool:
@@ -233,6 +216,51 @@ class PlanApplier:
         except ApiException as exc:
             if status_of(exc) not in (404, 409):
                 raise
+
+    def _together(self, calls: Sequence[Callable[[], Any]]) -> list[Any]:
+        """Run independent writes at once on the applier's pool; every one finishes before the first error (if
+        any) is raised, so what did happen is recorded in the expectations."""
+        if len(calls) <= 1:
+            return [call() for call in calls]
+        futures = [self._pool.submit(call) for call in calls]
+        results, error = [], None
+        for future in futures:
+            try:
+                results.append(future.result())
+            except Exception as exc:  # noqa: BLE001 - re-raised below, once all have finished
+                error = error or exc
+        if error is not None:
+            raise error
+        return results
+
+    def _create_child(self, key: tuple[str, str], kind: str, call: Callable[..., Any]) -> None:
+        if self._create(functools.partial(call, _preload_content=False, _request_timeout=REQUEST_TIMEOUT)):
+            self.expect.created_child(key, kind)
+
+    def _create_pod(self, key: tuple[str, str], pod: dict[str, Any]) -> tuple[str, str, int, str]:
+        """(CREATED | EXISTED | REJECTED, pod, HTTP status, message)."""
+        name = pod["metadata"]["name"]
+        try:
+            created = self._create(
+                functools.partial(
+                    self.core.create_namespaced_pod,
+                    key[0],
+                    pod,
+                    _preload_content=False,
+                    _request_timeout=REQUEST_TIMEOUT,
+                )
+            )
+        except ApiException as exc:
+            return REJECTED, name, status_of(exc), reason_of(exc)
+        if created is None:
+            return EXISTED, name, 409, ""
+        metrics.PODS_CREATED.inc()
+        self.expect.created_pod(key, json.loads(created)["metadata"]["uid"])
+        log.info(
+            "created pod",
+            extra={"job": f"{key[0]}/{key[1]}", "pod": name, "attempt": pod["metadata"]["labels"][api.LABEL_ATTEMPT]},
+        )
+        return CREATED, name, 201, ""
 
     @staticmethod
     def _create(call) -> bytes | None:

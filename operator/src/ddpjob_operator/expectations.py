@@ -9,6 +9,7 @@ Pure bookkeeping: the caller passes the cache's view in, so every rule is table-
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -64,6 +65,7 @@ class Expectations:
         self._clock = clock
         self.timeout = timeout_seconds
         self._pending: dict[Key, Pending] = {}
+        self._lock = threading.Lock()  # the applier records writes from several threads at once
 
     def _entry(self, key: Key) -> Pending:
         entry = self._pending.get(key)
@@ -72,22 +74,28 @@ class Expectations:
         return entry
 
     def created_pod(self, key: Key, uid: str) -> None:
-        self._entry(key).created_pods.add(uid)
+        with self._lock:
+            self._entry(key).created_pods.add(uid)
 
     def deleted_pod(self, key: Key, uid: str) -> None:
-        self._entry(key).deleted_pods.add(uid)
+        with self._lock:
+            self._entry(key).deleted_pods.add(uid)
 
     def released_pod(self, key: Key, uid: str) -> None:
-        self._entry(key).released_pods.add(uid)
+        with self._lock:
+            self._entry(key).released_pods.add(uid)
 
     def created_child(self, key: Key, kind: str) -> None:
-        self._entry(key).children.add(kind)
+        with self._lock:
+            self._entry(key).children.add(kind)
 
     def wrote_status(self, key: Key, based_on_version: str) -> None:
-        self._entry(key).job_version = based_on_version
+        with self._lock:
+            self._entry(key).job_version = based_on_version
 
     def forget(self, key: Key) -> None:
-        self._pending.pop(key, None)
+        with self._lock:
+            self._pending.pop(key, None)
 
     def outstanding(self, key: Key) -> Pending | None:
         entry = self._pending.get(key)
@@ -95,6 +103,10 @@ class Expectations:
 
     def satisfied(self, key: Key, view: CacheView) -> tuple[bool, float]:
         """(may the pass run, seconds until the wait times out). Drops what the cache now shows."""
+        with self._lock:
+            return self._satisfied(key, view)
+
+    def _satisfied(self, key: Key, view: CacheView) -> tuple[bool, float]:
         entry = self._pending.get(key)
         if entry is None:
             return True, 0.0

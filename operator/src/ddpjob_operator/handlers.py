@@ -16,6 +16,7 @@ from typing import Any
 import kopf
 
 from . import api, metrics
+from .applier import WRITE_CONCURRENCY
 from .config import OperatorConfig
 from .kube import api_client
 from .progress import ProgressScraper
@@ -34,6 +35,21 @@ INDEXES = (
     "ddpjob_services",
     "ddpjob_network_policies",
 )
+
+
+class NoDiffBase(kopf.DiffBaseStorage):
+    """kopf deep-copies every object on every event into an "essence" to diff it for on.create/on.update
+    handlers. This operator has none (indexes and event handlers only), so the diff is never read: building it was
+    a tenth of the operator's CPU at 1,000 jobs."""
+
+    def build(self, *, body: Any, extra_fields: Any = None) -> Any:
+        return None
+
+    def fetch(self, *, body: Any) -> Any:
+        return None
+
+    def store(self, *, body: Any, patch: Any, essence: Any) -> None:
+        return None
 
 
 @dataclass
@@ -95,6 +111,7 @@ def build_registry(config: OperatorConfig) -> kopf.OperatorRegistry:
         indexes = {name: kwargs[name] for name in INDEXES}
         settings.posting.enabled = False  # events are ours, posted after the status write
         settings.persistence.finalizer = "ddpjob.dev/kopf-unused"  # never added: no handler needs one
+        settings.persistence.diffbase_storage = NoDiffBase()
         settings.watching.server_timeout = 300
         settings.watching.client_timeout = 330
         settings.watching.reconnect_backoff = 1.0
@@ -114,7 +131,7 @@ def build_registry(config: OperatorConfig) -> kopf.OperatorRegistry:
         rt.pods_by_node = indexes["ddpjob_pods_by_node"]
         metrics.watch_cache_sizes({name.removeprefix("ddpjob_"): index for name, index in indexes.items()})
         rt.reconciler = Reconciler(
-            api_client(pool_size=config.workers + 4),
+            api_client(pool_size=config.workers + WRITE_CONCURRENCY + 4),
             rt.cache,
             config.planner,
             ProgressScraper(config.progress_interval_seconds, on_answer=rt.wake),
