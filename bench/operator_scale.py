@@ -28,7 +28,7 @@ from scale_run import OPERATOR_WORKERS, RunResult, run_workload
 from steady_state import measure_cache_memory, measure_steady
 
 RESULTS = Path(__file__).resolve().parent / "results"
-AIM_TIME_RATIO = 1.2
+AIM_TIME_RATIO = 1.1
 AIM_EXTRA_WRITES_PER_JOB = 3  # writes per job <= pods + 3
 
 

@@ -177,6 +177,43 @@ def plot_trainer(trainer: dict, out: Path) -> None:
     plt.close(fig)
 
 
+def plot_before_after(before: dict, after: dict, out: Path) -> None:
+    """The watch-cache operator against the design that read from the API server every pass (its run is kept
+    in operator_scale_before.json): API requests per job and the time ratio to the bare client, per workload."""
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
+    runs = [("before", w) for w in before["workloads"]] + [("after", w) for w in after["workloads"]]
+    for x, (when, w) in enumerate(runs):
+        per_job = w["operator"]["requests_per_job"]
+        color = "tab:gray" if when == "before" else COLORS["operator"]
+        left.bar(x, per_job["writes"], color=color)
+        left.bar(x, per_job["reads"], bottom=per_job["writes"], color=color, alpha=0.4, hatch="//")
+        left.text(
+            x,
+            per_job["total"],
+            f"{per_job['writes']:.1f}w\n{per_job['reads']:.1f}r",
+            ha="center",
+            va="bottom",
+            fontsize=8,
+        )
+        left.hlines(w["pods_per_job"] + 3, x - 0.4, x + 0.4, colors="tab:red", linestyles="--")
+        right.bar(x - 0.2, w["ratio"]["total"], width=0.4, color=color)
+        right.bar(x + 0.2, w["ratio"]["p95"], width=0.4, color=color, alpha=0.5, hatch="..")
+    labels = [f"{w['name']}\n{when}" for when, w in runs]
+    left.set_xticks(range(len(runs)), labels, fontsize=8)
+    left.set_ylabel("operator API requests per job (writes, reads hatched)")
+    left.set_title("Requests per job (red: aim pods + 3)")
+    left.margins(y=0.2)
+    right.set_xticks(range(len(runs)), labels, fontsize=8)
+    right.axhline(1.1, color="tab:red", linestyle="--", label="aim 1.1x")
+    right.set_ylabel("operator / bare client")
+    right.set_title("apply -> all Running: total (solid) and p95 (dotted)")
+    right.legend(fontsize=8)
+    fig.suptitle("Before (reads from the API server each pass) and after (watch cache, expectations)")
+    fig.tight_layout()
+    fig.savefig(out / "operator_before_after.png", dpi=110)
+    plt.close(fig)
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--results", default=str(Path(__file__).resolve().parent / "results"))
@@ -184,6 +221,9 @@ def main() -> int:
     scale = _load(out / "operator_scale.json")
     if scale and scale.get("workloads"):
         plot_scale(scale, out)
+        before = _load(out / "operator_scale_before.json")
+        if before and before.get("workloads") and all("operator" in w for w in scale["workloads"]):
+            plot_before_after(before, scale, out)
     trainer = load_trainer(out)
     if trainer:
         plot_trainer(trainer, out)

@@ -20,6 +20,12 @@ def _s(value, digits: int = 1) -> str:
     return "n/a" if value is None else f"{value:.{digits}f}"
 
 
+def _bound_verdict(value: float | None, aim: float, unit: str) -> str:
+    if value is None:
+        return "not measured"
+    return "met" if value <= aim else f"missed by {value - aim:.2f} {unit}"
+
+
 def _ratio_verdict(ratio: float | None, aim: float) -> str:
     if ratio is None:
         return "not measured"
@@ -30,18 +36,19 @@ def scale_rows(scale: dict) -> list[str]:
     rows = []
     for w in scale["workloads"]:
         op, base, ratio, aims = w["operator"], w["baseline"], w["ratio"], w["aims"]
+        time_aim = aims.get("time_ratio_aim", 1.2)
         lo, lb = op["apply_to_all_running_seconds"], base["apply_to_all_running_seconds"]
         cut = " (cut short)" if op["timed_out"] or base["timed_out"] else ""
         name = w["name"]
         rows.append(
             f"| {name} apply -> all Running, total{cut} | {_s(op['total_seconds'])} s | "
-            f"{_s(base['total_seconds'])} s | {ratio['total']}x | <= 1.2x | "
-            f"{_ratio_verdict(ratio['total'], 1.2)} |"
+            f"{_s(base['total_seconds'])} s | {ratio['total']}x | <= {time_aim}x | "
+            f"{_ratio_verdict(ratio['total'], time_aim)} |"
         )
         rows.append(
             f"| {name} per job p50 / p95 / max | {_s(lo['p50'])} / {_s(lo['p95'])} / {_s(lo['max'])} s | "
             f"{_s(lb['p50'])} / {_s(lb['p95'])} / {_s(lb['max'])} s | {ratio['p50']} / {ratio['p95']} / "
-            f"{ratio['max']}x | <= 1.2x | {_ratio_verdict(ratio['p95'], 1.2)} (p95) |"
+            f"{ratio['max']}x | <= {time_aim}x | {_ratio_verdict(ratio['p95'], time_aim)} (p95) |"
         )
         writes, aim = op["requests_per_job"]["writes"], aims["writes_per_job_aim"]
         verdict = "met" if aims["writes_per_job_met"] else f"missed by {writes - aim:.1f} writes/job"
@@ -49,14 +56,35 @@ def scale_rows(scale: dict) -> list[str]:
             f"| {name} API writes per job | {_s(writes)} | {_s(base['requests_per_job']['writes'])} | "
             f"{ratio['writes_per_job']}x | <= {aim} (pods + 3) | {verdict} |"
         )
+        total = op["requests_per_job"]["total"]
         rows.append(
-            f"| {name} API requests per job (reads + writes) | {_s(op['requests_per_job']['total'])} | "
-            f"{_s(base['requests_per_job']['total'])} | {ratio['requests_per_job']}x | - | - |"
+            f"| {name} API requests per job (reads + writes) | {_s(total)} ({_s(op['requests_per_job']['reads'])} "
+            f"reads) | {_s(base['requests_per_job']['total'])} | {ratio['requests_per_job']}x | <= {aim} (pods + 3) | "
+            f"{_bound_verdict(total, aim, 'requests/job')} |"
         )
         rows.append(
             f"| {name} peak RSS / CPU seconds | {_s(op['peak_rss_mib'], 0)} MiB / {_s(op['cpu_seconds'])} s | "
             f"{_s(base['peak_rss_mib'], 0)} MiB / {_s(base['cpu_seconds'])} s | "
             f"{ratio['peak_rss_mib']}x / {ratio['cpu_seconds']}x | - | - |"
+        )
+    steady = scale.get("steady_state")
+    if steady:
+        rows.append(
+            f"| steady state, {steady['workload']} all Running for {_s(steady['seconds'], 0)} s: operator API "
+            f"requests/s | {_s(steady['requests_per_second'], 3)} ({steady['reads']:.0f} reads, "
+            f"{steady['writes']:.0f} writes) | - | - | < 1 /s | "
+            f"{_bound_verdict(steady['requests_per_second'], 1, '/s')} |"
+        )
+        rows.append(
+            f"| steady state: operator CPU | {_s(steady['cpu_seconds'])} s ({100 * steady['cpu_fraction']:.1f}% of "
+            f"a core) | - | - | - | - |"
+        )
+    memory = scale.get("cache_memory")
+    if memory and "rss_mib_after" in memory:
+        rows.append(
+            f"| operator RSS with {memory['pods_cached']:.0f} pods in its cache | {_s(memory['rss_mib_after'], 0)} MiB "
+            f"(before the extra pods: {_s(memory['rss_mib_before'], 0)} MiB) | - | - | <= 250 MB | "
+            f"{_bound_verdict(memory['rss_mib_after'] * 1.048576, 250, 'MB')} |"
         )
     rec = scale.get("recovery")
     if rec:
@@ -68,8 +96,9 @@ def scale_rows(scale: dict) -> list[str]:
             f"{rec['recovered_groups']}/{rec['affected_groups']} recovered |"
         )
         rows.append(
-            f"| recovery: failure visible -> restart decision, p50 / p95 | {_s(d['p50'], 2)} / "
-            f"{_s(d['p95'], 2)} s | - | - | - | - |"
+            f"| recovery: failure visible -> restart decision, p50 / p95 / max | {_s(d['p50'], 2)} / "
+            f"{_s(d['p95'], 2)} / {_s(d['max'], 2)} s | - | - | p99 <= 1 s | "
+            f"{_bound_verdict(d['max'], 1.0, 's')} (max) |"
         )
     return rows
 
@@ -101,6 +130,25 @@ def trainer_rows(trainer: dict) -> list[str]:
     return rows
 
 
+def report_rows(report: dict) -> list[str]:
+    rows = []
+    for r in report.get("results", []):
+        low, high = r["ratio_iqr"]
+        rows.append(
+            f"| report() per step, loop body {r['body']} ({_s(r['step_us_without'])} us a step) | "
+            f"{_s(r['step_us_with'])} us | {_s(r['step_us_without'])} us (no report) | {r['ratio_median']:.3f}x "
+            f"(IQR {low:.2f} .. {high:.2f}, {r['pairs']} pairs) | - | - |"
+        )
+    call = report.get("call_ns_min_of_5") or {}
+    if call:
+        rows.append(
+            f"| report() alone: step only / float loss / tensor loss | {call['step_only'] / 1000:.2f} / "
+            f"{call['float_loss_and_samples'] / 1000:.2f} / {call['tensor_loss_and_samples'] / 1000:.2f} us | - | - | "
+            f"- | - |"
+        )
+    return rows
+
+
 def local_rows(local: dict) -> list[str]:
     b = local["breakdown_seconds"]
     parts = ", ".join(f"{k} {v:.1f}" for k, v in b.items() if k != "recovery total")
@@ -113,10 +161,11 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--results", default=str(Path(__file__).resolve().parent / "results"))
     results = Path(p.parse_args().results)
-    scale, trainer, local = (
+    scale, trainer, local, report = (
         _load(results / "operator_scale.json"),
         load_trainer(results),
         _load(results / "local_recovery.json"),
+        _load(results / "report_overhead.json"),
     )
     machine = (scale or trainer or local or {}).get("machine", {})
     print(
@@ -129,6 +178,7 @@ def main() -> int:
     for rows in (
         scale_rows(scale) if scale and scale.get("workloads") else [],
         trainer_rows(trainer) if trainer else [],
+        report_rows(report) if report else [],
         local_rows(local) if local else [],
     ):
         for row in rows:
