@@ -116,6 +116,19 @@ def test_pods_of_a_job_deleted_while_the_operator_is_down_go_when_it_returns(kub
     wait_until(lambda: not kube.pods("orphan"), timeout=60, what="pod removed once the operator is back")
 
 
+def test_a_resource_quantity_the_api_cannot_decode_fails_the_job_instead_of_retrying_forever(kube, operator):
+    # Found by the fuzz suite: the API server answers 400 (not 422) when the body is not even a Pod.
+    job = ddpjob("lots", replicas=1)
+    del job["spec"]["gpusPerReplica"]  # the template's limit is then mirrored into the request, as written
+    job["spec"]["template"]["spec"]["containers"][0]["resources"] = {"limits": {"nvidia.com/gpu": "lots"}}
+    kube.apply(job)
+    status = kube.wait_phase("lots", "Failed", timeout=30)
+    failed = next(c for c in status["conditions"] if c["type"] == "Failed")
+    assert failed["reason"] == "InvalidPodTemplate"
+    assert "quantities must match the regular expression" in failed["message"]
+    assert kube.pods("lots") == []
+
+
 def test_template_that_makes_an_invalid_pod_fails_the_job_with_the_servers_message(kube, operator):
     job = ddpjob("badpod", replicas=1, gpus=1)
     job["spec"]["template"]["spec"]["containers"][0]["imagePullPolicy"] = "Sometimes"

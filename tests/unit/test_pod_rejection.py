@@ -12,7 +12,7 @@ from ddpjob_operator.pod_rejection import reject_unschedulable_template
 from job_builders import NOW, ago
 
 
-@pytest.mark.parametrize("code, want_phase", [(422, "Failed"), (403, None), (500, None)])
+@pytest.mark.parametrize("code, want_phase", [(422, "Failed"), (400, "Failed"), (403, None), (429, None), (500, None)])
 def test_only_invalid_pods_fail_the_job(code, want_phase):
     status = {"phase": "Pending", "attempt": 0, "launchedAttempt": 0, "conditions": []}
     out = reject_unschedulable_template(status, NOW, "a-worker-0", code, "spec.containers[0].name: Invalid")
