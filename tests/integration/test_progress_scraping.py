@@ -24,41 +24,6 @@ ddp_trainer_samples_per_second 1000
 """
 
 
-@pytest.fixture
-def trainer_metrics():
-    class Handler(http.server.BaseHTTPRequestHandler):
-        def do_GET(self):
-            self.send_response(200)
-            self.send_header("Content-Type", "text/plain; version=0.0.4")
-            self.end_headers()
-            self.wfile.write(PAGE)
-
-        def log_message(self, *args):
-            pass
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", free_port()), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield server.server_address[1]
-    server.shutdown()
-
-
-def test_progress_is_copied_from_worker_0(kube, operator, trainer_metrics):
-    job = ddpjob("prog", replicas=1, gpus=1)
-    job["spec"]["template"]["spec"]["containers"][0]["ports"] = [{"name": "metrics",
-                                                                  "containerPort": trainer_metrics}]
-    kube.apply(job)
-    kube.running_pods("prog", attempt=0, n=1)
-    kube.wait_phase("prog", "Running")
-    patch = {"status": {"podIP": "127.0.0.1", "podIPs": [{"ip": "127.0.0.1"}]}}
-    kube("patch", "pod", "prog-worker-0", "--subresource=status", "--type=merge", "-p", json.dumps(patch))
-    status = kube.wait_status("prog", lambda s: (s.get("progress") or {}).get("step") == 42, timeout=30,
-                              what="progress.step 42")
-    assert (status["progress"]["loss"], status["progress"]["samplesPerSecond"]) == (0.5, 1000.0)
-    assert status["progress"]["updateTime"]
-    wide = kube("get", "ddpj", "prog", "-o", "wide").stdout.splitlines()[1].split()
-    assert wide[-2:] == ["42", "0"]
-
-
 class FrozenTrainer:
     """worker 0's metrics page at a step that never moves, until told to go silent."""
 
@@ -82,6 +47,30 @@ class FrozenTrainer:
         self.server = http.server.ThreadingHTTPServer(("127.0.0.1", free_port()), Handler)
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
         self.port = self.server.server_address[1]
+
+
+@pytest.fixture
+def trainer_metrics():
+    trainer = FrozenTrainer()
+    yield trainer.port
+    trainer.server.shutdown()
+
+
+def test_progress_is_copied_from_worker_0(kube, operator, trainer_metrics):
+    job = ddpjob("prog", replicas=1, gpus=1)
+    job["spec"]["template"]["spec"]["containers"][0]["ports"] = [{"name": "metrics",
+                                                                  "containerPort": trainer_metrics}]
+    kube.apply(job)
+    kube.running_pods("prog", attempt=0, n=1)
+    kube.wait_phase("prog", "Running")
+    patch = {"status": {"podIP": "127.0.0.1", "podIPs": [{"ip": "127.0.0.1"}]}}
+    kube("patch", "pod", "prog-worker-0", "--subresource=status", "--type=merge", "-p", json.dumps(patch))
+    status = kube.wait_status("prog", lambda s: (s.get("progress") or {}).get("step") == 42, timeout=30,
+                              what="progress.step 42")
+    assert (status["progress"]["loss"], status["progress"]["samplesPerSecond"]) == (0.5, 1000.0)
+    assert status["progress"]["updateTime"]
+    wide = kube("get", "ddpj", "prog", "-o", "wide").stdout.splitlines()[1].split()
+    assert wide[-2:] == ["42", "0"]
 
 
 def hung_job(kube, name: str, port: int, deadline: int = 10) -> None:
