@@ -327,3 +327,14 @@ def test_running_job_with_a_metrics_port_is_requeued_for_progress():
     settings = PlannerSettings(progress_interval_seconds=7)
     assert plan_reconcile(observe(job.build(), [pod]), settings).requeue_after == 7
     assert plan_reconcile(observe(job.build(), running_pods("a", 1)), settings).requeue_after is None
+
+
+def test_a_cache_showing_two_pods_under_one_name_decides_nothing_until_the_watch_catches_up():
+    # The old attempt's pod (deleted, its DELETED event not yet seen) and its successor under the same name.
+    job = make_job("a").replicas(2).restart_backoff(0).running(attempt=2, restarts=2)
+    old = make_pod("a", 0, 1).build()
+    new = make_pod("a", 0, 2).build()
+    new["metadata"]["uid"] = "a-worker-0-new"
+    plan = plan_for(job, [old, new, make_pod("a", 1, 2).build()])
+    assert (plan.status, plan.delete_pods, plan.release_pods, plan.create_pods, plan.events) == (None, [], [], [], [])
+    assert plan.requeue_after == 0.2

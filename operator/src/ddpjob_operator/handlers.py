@@ -16,7 +16,6 @@ from typing import Any
 import kopf
 
 from . import api, metrics
-from .applier import WRITE_CONCURRENCY
 from .config import OperatorConfig
 from .kube import api_client
 from .progress import ProgressScraper
@@ -131,7 +130,7 @@ def build_registry(config: OperatorConfig) -> kopf.OperatorRegistry:
         rt.pods_by_node = indexes["ddpjob_pods_by_node"]
         metrics.watch_cache_sizes({name.removeprefix("ddpjob_"): index for name, index in indexes.items()})
         rt.reconciler = Reconciler(
-            api_client(pool_size=config.workers + WRITE_CONCURRENCY + 4),
+            api_client(pool_size=config.workers + 4),
             rt.cache,
             config.planner,
             ProgressScraper(config.progress_interval_seconds, on_answer=rt.wake),

@@ -107,12 +107,21 @@ def initial_status(job: str, spec: JobSpec) -> dict[str, Any]:
     }
 
 
+# A cache that shows two pods under one name is between a pod's deletion and its successor's creation: the watch
+# delivers each object's events on its own, so the new pod can appear before the old one's DELETED event. Every
+# decision by name (delete, release, "missing") would then be ambiguous, and could hit the new pod: wait.
+DUPLICATE_NAME_RETRY_SECONDS = 0.2
+
+
 def plan_reconcile(obs: Observed, settings: PlannerSettings = PlannerSettings()) -> Plan:
     job = obs.job
     meta = job["metadata"]
     ref = JobRef(meta["name"], meta["namespace"], meta["uid"])
     spec = parse_spec(job.get("spec") or {})
     plan = Plan()
+    if len({p["metadata"]["name"] for p in obs.pods}) < len(obs.pods):
+        plan.requeue(DUPLICATE_NAME_RETRY_SECONDS)
+        return plan
     old = job.get("status") or {}
     status = copy.deepcopy(old)
     if "attempt" not in status:
