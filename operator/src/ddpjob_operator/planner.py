@@ -111,6 +111,7 @@ def initial_status(job: str, spec: JobSpec) -> dict[str, Any]:
 # delivers each object's events on its own, so the new pod can appear before the old one's DELETED event. Every
 # decision by name (delete, release, "missing") would then be ambiguous, and could hit the new pod: wait.
 DUPLICATE_NAME_RETRY_SECONDS = 0.2
+RECREATE_QUIET_SECONDS = 2.0
 
 
 def plan_reconcile(obs: Observed, settings: PlannerSettings = PlannerSettings()) -> Plan:
@@ -422,6 +423,13 @@ def _create_missing(
         # The old group must be gone first: pod names are reused across attempts, an old rank must never reach
         # the new rendezvous, and the job never has more pods than replicas (their deletion wakes us up).
         plan.requeue(1.0)
+        return True
+    since = parse_time(status.get("restartingSince"))
+    quiet = RECREATE_QUIET_SECONDS - (obs.now - since).total_seconds() if since is not None else 0.0
+    if quiet > 0:
+        # A late confirmation of an old pod's end that names it only by name (kwok's simulated kubelet does) would
+        # hit its successor: the new group starts a moment after the restart was decided.
+        plan.requeue(quiet)
         return True
     for index in missing:
         plan.create_pods.append(
