@@ -338,3 +338,16 @@ def test_a_cache_showing_two_pods_under_one_name_decides_nothing_until_the_watch
     plan = plan_for(job, [old, new, make_pod("a", 1, 2).build()])
     assert (plan.status, plan.delete_pods, plan.release_pods, plan.create_pods, plan.events) == (None, [], [], [], [])
     assert plan.requeue_after == 0.2
+
+
+@pytest.mark.parametrize("name, decided_ago, want_created, want_requeue", [
+    ("a moment after the restart decision: wait", 1, 0, 1.0),
+    ("2 s after it: the new group starts", 2, 2, None),
+])
+def test_a_new_attempt_starts_2_s_after_the_restart_decision(name, decided_ago, want_created, want_requeue):
+    job = (make_job("a").replicas(2).restart_backoff(0).running()
+           .status(attempt=1, restarts=1, phase="Restarting", restartingSince=ago(decided_ago)))
+    plan = plan_for(job, [])
+    assert len(plan.create_pods) == want_created, name
+    if want_requeue is not None:
+        assert plan.requeue_after == want_requeue, name
