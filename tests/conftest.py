@@ -4,15 +4,12 @@ and `namespace` (a fresh namespace per test). Pure unit tests ask for neither an
 from __future__ import annotations
 
 import os
-import sys
 import uuid
-from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from support import cluster as local_cluster  # noqa: E402
+from support import cluster as local_cluster
 
 
 @pytest.fixture(scope="session")

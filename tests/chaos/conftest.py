@@ -5,16 +5,14 @@ from __future__ import annotations
 
 import os
 import random
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from support.operator import OperatorProcess, install_crds  # noqa: E402
+from support.operator import OperatorProcess, install_crds
 
 SUMMARY: list[ChaosFigures] = []
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 import copy
 import json
 import random
-import sys
 from pathlib import Path
 
 import pytest
@@ -16,7 +15,6 @@ from support import localnode
 from support.operator import OperatorProcess, install_crds
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "hack"))
 
 EXAMPLE = ROOT / "examples" / "digits.yaml"
 

@@ -5,14 +5,12 @@ code never calls such an API. tests/chart/test_rbac_by_use.py checks the same ag
 from __future__ import annotations
 
 import re
-import sys
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "chart"))
 
-from chart_tools import render  # noqa: E402
+from chart_tools import render
 
 OPERATOR_SRC = Path(__file__).resolve().parents[2] / "operator" / "src" / "ddpjob_operator"
 NEVER_RESOURCES = {"secrets", "pods/exec", "pods/attach", "pods/portforward", "pods/proxy", "nodes/proxy",

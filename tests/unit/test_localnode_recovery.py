@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "hack"))
 
-from demo_recovery import RecoveryClock, parse_time, parse_trainer_log  # noqa: E402
+from demo_recovery import RecoveryClock, parse_time, parse_trainer_log
 
 LOG = """\
 2026-01-01T00:00:10.000000000Z [job=d attempt=1 rank=0] started pid=8 world_size=4 backend=gloo device=cpu rendezvous_s=0.50
