@@ -102,9 +102,15 @@ def test_fuzzed_specs_are_rejected_with_the_field_or_driven_to_a_sane_phase(api,
         fuzz = example(name=case["name"], spec=case["spec"])(fuzz)
     try:
         fuzz()
-        # Not hot: once every example is settled and deleted, the operator idles (the 2 s resync of what is left).
-        # Counted in reconcile passes, not CPU seconds: a loaded machine makes fewer passes, never more, while a
-        # job that requeues itself at once makes hundreds a second.
+        # Not hot: once every example is deleted and the garbage collector has removed its pods (each pod event
+        # is a pass, and on a loaded machine the collector lags by seconds), the operator idles. Counted in
+        # reconcile passes, not CPU seconds: a loaded machine makes fewer passes, never more, while a job that
+        # requeues itself at once makes hundreds a second. Pods that never go away fail here: their tracking
+        # finalizer was not released.
+        core = client.CoreV1Api(api)
+        wait_until(lambda: not custom.list_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL)["items"]
+                   and not core.list_namespaced_pod(namespace).items,
+                   timeout=120, interval=1, what="every fuzzed job and its pods to be gone")
         passes = "ddpjob_reconcile_duration_seconds_count"
         before, started = operator_process.metric(passes), time.monotonic()
         time.sleep(10)

@@ -248,7 +248,7 @@ def test_suspend_bumps_attempt_then_deletes_pods_and_resume_creates_new_ones():
     assert plan.status["phase"] == "Pending"
     assert reasons(plan) == ["Resumed"]
     resumed["status"] = plan.status
-    plan = plan_for(resumed, [])
+    plan = plan_for(resumed, [], now=NOW + timedelta(seconds=2))
     assert created(plan) == [("a-worker-0", "1"), ("a-worker-1", "1")]
 
 
@@ -340,14 +340,28 @@ def test_a_cache_showing_two_pods_under_one_name_decides_nothing_until_the_watch
     assert plan.requeue_after == 0.2
 
 
-@pytest.mark.parametrize("name, decided_ago, want_created, want_requeue", [
-    ("a moment after the restart decision: wait", 1, 0, 1.0),
-    ("2 s after it: the new group starts", 2, 2, None),
-])
-def test_a_new_attempt_starts_2_s_after_the_restart_decision(name, decided_ago, want_created, want_requeue):
-    job = (make_job("a").replicas(2).restart_backoff(0).running()
-           .status(attempt=1, restarts=1, phase="Restarting", restartingSince=ago(decided_ago)))
-    plan = plan_for(job, [])
-    assert len(plan.create_pods) == want_created, name
-    if want_requeue is not None:
-        assert plan.requeue_after == want_requeue, name
+def _decided(change):
+    """A job (dict) right after the pass that decided a new group, and that pass's plan."""
+    if change == "restart after a failure, no backoff":
+        job = make_job("a").replicas(2).restart_backoff(0).running().build()
+        pods = [make_pod("a", 0, 0).build(), make_pod("a", 1, 0).failed(1).build()]
+    elif change == "rescale 2 -> 3":
+        job, pods = make_job("a").replicas(3).elastic(1, 4).running(replicas=2).build(), running_pods("a", 2)
+    else:  # resume: the suspended status, then the spec says suspend: false
+        suspending = make_job("a").replicas(2).suspend().running()
+        job = make_job("a").replicas(2).suspend(False).build()
+        job["status"], pods = plan_for(suspending, running_pods("a", 2)).status, []
+    return job, plan_for(job, pods)
+
+
+@pytest.mark.parametrize("change", ["restart after a failure, no backoff", "rescale 2 -> 3", "resume"])
+def test_a_new_group_starts_2_s_after_the_decision_that_made_it(change):
+    job, decided = _decided(change)
+    job["status"] = decided.status
+    assert decided.status["nextAttemptTime"] == (NOW + timedelta(seconds=2)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    a_moment_later = plan_for(job, [], now=NOW + timedelta(seconds=1))
+    assert (a_moment_later.create_pods, a_moment_later.requeue_after) == ([], 1.0)
+    two_seconds_later = plan_for(job, [], now=NOW + timedelta(seconds=2))
+    assert len(two_seconds_later.create_pods) == decided.status["replicas"]
+
+

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from . import api, failures
@@ -111,7 +111,15 @@ def initial_status(job: str, spec: JobSpec) -> dict[str, Any]:
 # delivers each object's events on its own, so the new pod can appear before the old one's DELETED event. Every
 # decision by name (delete, release, "missing") would then be ambiguous, and could hit the new pod: wait.
 DUPLICATE_NAME_RETRY_SECONDS = 0.2
+# A new group (after a restart, a rescale or a resume) starts at least this long after the decision: a late
+# confirmation of an old pod's end that names it only by name (kwok's simulated kubelet does) would otherwise hit
+# its successor, which reuses the name.
 RECREATE_QUIET_SECONDS = 2.0
+
+
+def _start_no_sooner(status: dict[str, Any], now: datetime, delay: float = 0.0) -> None:
+    """Set when the pods of the new attempt may be created: after the backoff, and never in the same moment."""
+    status["nextAttemptTime"] = format_time(now + timedelta(seconds=max(delay, RECREATE_QUIET_SECONDS)))
 
 
 def plan_reconcile(obs: Observed, settings: PlannerSettings = PlannerSettings()) -> Plan:
@@ -253,6 +261,7 @@ def _suspend_or_resume(obs: Observed, spec: JobSpec, status: dict[str, Any], pla
             **out,
             "conditions": c.set_condition(out["conditions"], c.SUSPENDED, "False", "Resumed", "job resumed", obs.now),
         }
+        _start_no_sooner(out, obs.now)
         plan.event(NORMAL, "Resumed", f"resumed as attempt {status['attempt']}")
         plan.requeue(0)
         return out
@@ -278,7 +287,7 @@ def _rescale(obs: Observed, spec: JobSpec, status: dict[str, Any], plan: Plan) -
         worldSize=spec.replicas * spec.procs_per_pod,
         readyText=f"0/{spec.replicas}",
     )
-    out.pop("nextAttemptTime", None)
+    _start_no_sooner(out, obs.now)
     out.setdefault("restartingSince", format_time(obs.now))
     plan.event(NORMAL, "Rescaled", message)
     plan.observe("group_restarts", reason="Rescaled")
@@ -369,10 +378,7 @@ def _failure_policy(
         readyText=f"0/{status['replicas']}",
     )
     out.setdefault("restartingSince", format_time(obs.now))
-    if delay:
-        out["nextAttemptTime"] = format_time(obs.now + timedelta(seconds=delay))
-    else:
-        out.pop("nextAttemptTime", None)
+    _start_no_sooner(out, obs.now, delay)
     plan.event(WARNING, "Restarting", decision.message)
     plan.observe("group_restarts", reason=decision.reason)
     plan.requeue(0)
@@ -423,13 +429,6 @@ def _create_missing(
         # The old group must be gone first: pod names are reused across attempts, an old rank must never reach
         # the new rendezvous, and the job never has more pods than replicas (their deletion wakes us up).
         plan.requeue(1.0)
-        return True
-    since = parse_time(status.get("restartingSince"))
-    quiet = RECREATE_QUIET_SECONDS - (obs.now - since).total_seconds() if since is not None else 0.0
-    if quiet > 0:
-        # A late confirmation of an old pod's end that names it only by name (kwok's simulated kubelet does) would
-        # hit its successor: the new group starts a moment after the restart was decided.
-        plan.requeue(quiet)
         return True
     for index in missing:
         plan.create_pods.append(
