@@ -9,6 +9,10 @@
 #
 # Everything lives in $CLUSTER_DIR (default .local-cluster/). Ports and sizes can be overridden:
 #   NODES=4 GPUS_PER_NODE=8 ETCD_PORT=23790 APISERVER_PORT=26443 KCM_PORT=20257 SCHED_PORT=20259 KWOK_PORT=20247
+# GANG_SCHEDULING=1 (default) serves Kubernetes v1.36's alpha gang scheduling: the scheduling.k8s.io/v1alpha2
+# PodGroup API (feature gate GenericWorkload on the apiserver, the controller-manager, which runs the PodGroup
+# protection finalizer, and the scheduler; GangScheduling on the scheduler). GANG_SCHEDULING=0 starts a cluster
+# without it (tests of the operator's fallback restart the apiserver that way).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 bin="$root/.cache/bin"
@@ -21,6 +25,14 @@ APISERVER_PORT=${APISERVER_PORT:-26443}
 KCM_PORT=${KCM_PORT:-20257}
 SCHED_PORT=${SCHED_PORT:-20259}
 KWOK_PORT=${KWOK_PORT:-20247}
+GANG_SCHEDULING=${GANG_SCHEDULING:-1}
+if [[ $GANG_SCHEDULING == 1 ]]; then
+  APISERVER_GANG="--feature-gates=GenericWorkload=true --runtime-config=scheduling.k8s.io/v1alpha2=true"
+  KCM_GANG="--feature-gates=GenericWorkload=true"
+  SCHED_GANG="--feature-gates=GenericWorkload=true,GangScheduling=true"
+else
+  APISERVER_GANG="" KCM_GANG="" SCHED_GANG=""
+fi
 COMPONENTS=(etcd kube-apiserver kube-controller-manager kube-scheduler kwok)
 
 log() { echo ">> $*" >&2; }
@@ -110,7 +122,7 @@ cmdline() {
       --service-cluster-ip-range=10.96.0.0/16 --allow-privileged=true \
       --kubelet-client-certificate=$pki/apiserver-kubelet-client.crt --kubelet-client-key=$pki/apiserver-kubelet-client.key \
       --kubelet-preferred-address-types=InternalIP,Hostname --profiling=false --max-requests-inflight=1000 \
-      --max-mutating-requests-inflight=500 --endpoint-reconciler-type=none --v=1" ;;
+      --max-mutating-requests-inflight=500 --endpoint-reconciler-type=none $APISERVER_GANG --v=1" ;;
     # No endpoints/EndpointSlice controllers: nothing here resolves a Service through them (the local node writes
     # /etc/hosts; kwok pods are not reached), and they refuse loopback pod IPs with a warning event on every job.
     kube-controller-manager) echo "$bin/kube-controller-manager --kubeconfig=$dir/controller-manager.kubeconfig \
@@ -119,11 +131,11 @@ cmdline() {
       --service-account-private-key-file=$pki/sa.key --root-ca-file=$pki/ca.crt \
       --cluster-signing-cert-file=$pki/ca.crt --cluster-signing-key-file=$pki/ca.key \
       --controllers=*,-cloud-node-lifecycle,-service-lb-controller,-node-route-controller,-endpoints-controller,-endpointslice-controller,-endpointslice-mirroring-controller \
-      --kube-api-qps=200 --kube-api-burst=400 --concurrent-gc-syncs=40 --node-monitor-grace-period=30s --profiling=false --v=1" ;;
+      --kube-api-qps=200 --kube-api-burst=400 --concurrent-gc-syncs=40 --node-monitor-grace-period=30s --profiling=false $KCM_GANG --v=1" ;;
     kube-scheduler) echo "$bin/kube-scheduler --kubeconfig=$dir/scheduler.kubeconfig \
       --authentication-kubeconfig=$dir/scheduler.kubeconfig --authorization-kubeconfig=$dir/scheduler.kubeconfig \
       --bind-address=127.0.0.1 --secure-port=$SCHED_PORT --leader-elect=false --kube-api-qps=300 --kube-api-burst=600 \
-      --profiling=false --v=1" ;;
+      --profiling=false $SCHED_GANG --v=1" ;;
     # Simulated pods and nodes get loopback addresses: a progress scrape of a kwok pod's metrics port stays on this
     # machine (and is refused at once) instead of going to a private-range address.
     kwok) echo "$bin/kwok --kubeconfig=$dir/kwok.kubeconfig --config=$root/hack/kwok-stages.yaml \

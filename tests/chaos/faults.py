@@ -8,7 +8,8 @@ import time
 from dataclasses import dataclass
 
 from kubernetes import client
-from kubernetes.client.exceptions import ApiException
+
+from support.nodes import bring_node_up, create_spare_node, delete_node, node_ready, take_node_down  # noqa: F401
 
 EXIT_CODE = "exit-code"
 KUBELET_EVICTION = "kubelet-eviction"
@@ -63,40 +64,3 @@ def inject(core: client.CoreV1Api, ns: str, pod: str, fault: Fault) -> None:
 
 def succeed(core: client.CoreV1Api, ns: str, pod: str) -> None:
     core.patch_namespaced_pod_status(pod, ns, terminated_status("Succeeded", 0, "Completed"))
-
-
-def create_spare_node(core: client.CoreV1Api, name: str) -> None:
-    """A kwok node of the test's own, so taking it down leaves the shared GPU nodes alone."""
-    node = {"apiVersion": "v1", "kind": "Node", "metadata": {
-        "name": name, "annotations": {"kwok.x-k8s.io/node": "fake"},
-        "labels": {"type": "kwok-spare", "kubernetes.io/hostname": name, "spare": name}},
-        "spec": {"taints": [{"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}]},
-        "status": {"capacity": {"cpu": "64", "memory": "512Gi", "pods": "110", "nvidia.com/gpu": "8"},
-                   "allocatable": {"cpu": "64", "memory": "512Gi", "pods": "110", "nvidia.com/gpu": "8"}}}
-    core.create_node(node)
-
-
-def node_ready(core: client.CoreV1Api, name: str) -> bool:
-    conditions = core.read_node(name).status.conditions or []
-    return any(c.type == "Ready" and c.status == "True" for c in conditions)
-
-
-def take_node_down(core: client.CoreV1Api, name: str) -> None:
-    # kwok stops managing the node and its pods, like a kubelet that died; then the node reports NotReady.
-    core.patch_node(name, {"metadata": {"annotations": {"kwok.x-k8s.io/node": None}}})
-    now = _now()
-    core.patch_node_status(name, {"status": {"conditions": [{
-        "type": "Ready", "status": "False", "reason": "KubeletStopped", "message": "chaos: node down",
-        "lastHeartbeatTime": now, "lastTransitionTime": now}]}})
-
-
-def bring_node_up(core: client.CoreV1Api, name: str) -> None:
-    core.patch_node(name, {"metadata": {"annotations": {"kwok.x-k8s.io/node": "fake"}}})
-
-
-def delete_node(core: client.CoreV1Api, name: str) -> None:
-    try:
-        core.delete_node(name)
-    except ApiException as exc:
-        if exc.status != 404:
-            raise

@@ -89,7 +89,8 @@ class JobBuilder:
         n = replicas if replicas is not None else self.obj["spec"]["replicas"]
         return self.status(phase="Running", attempt=attempt, restarts=restarts, replicas=n, readyReplicas=n,
                            readyText=f"{n}/{n}", selector=api.selector(self.obj["metadata"]["name"]),
-                           worldSize=n, launchedAttempt=attempt, startTime=ago(30),
+                           worldSize=n, launchedAttempt=attempt, startTime=ago(30), desiredReplicas=n,
+                           sizeText=f"{n}/{n}", placement="PodByPod", reason="AllPodsRunning",
                            conditions=[{"type": "Running", "status": "True", "reason": "AllPodsRunning",
                                         "message": "", "lastTransitionTime": ago(30)}])
 

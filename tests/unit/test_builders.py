@@ -76,7 +76,7 @@ def test_rendezvous_env_exact_for_worker_0_and_1():
 
 @pytest.mark.parametrize("name, job, want_nnodes, want_nproc, want_max_restarts", [
     ("fixed", make_job("j").replicas(3), "3", "1", "0"),
-    ("elastic", make_job("j").replicas(3).elastic(2, 4, max_restarts=2), "2:4", "1", "2"),
+    ("elastic: the attempt's size", make_job("j").replicas(3).elastic(2, 4, max_restarts=2), "3", "1", "2"),
     ("auto from gpusPerReplica", make_job("j").gpus(8), "1", "8", "0"),
     ("auto from template limit", make_job("j").container(resources={"limits": {"nvidia.com/gpu": "2"}}), "1", "2", "0"),
     ("explicit nproc", make_job("j").gpus(8).nproc(2), "1", "2", "0"),

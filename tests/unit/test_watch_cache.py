@@ -43,11 +43,19 @@ def test_slim_pod_verdicts_match_the_full_pod():
                                                                                               NOW, 30)
 
 
-def test_slim_node_keeps_only_readiness():
+def test_slim_node_keeps_readiness_and_room_only():
     node = make_node("n", ready=False, since=5)
+    node["metadata"]["labels"] = {"pool": "a"}
+    node["metadata"]["annotations"] = {"big": "x" * 100}
     node["status"]["conditions"].append({"type": "MemoryPressure", "status": "False"})
     node["status"]["images"] = [{"names": ["x"]}] * 20
-    assert slim_node(node) == {"metadata": {"name": "n"}, "status": {"conditions": [node["status"]["conditions"][0]]}}
+    node["status"]["allocatable"] = {"nvidia.com/gpu": "8", "cpu": "32"}
+    node["spec"] = {"unschedulable": True, "taints": [{"key": "k", "effect": "NoSchedule"}], "podCIDR": "10.0.0.0/24"}
+    assert slim_node(node) == {
+        "metadata": {"name": "n", "labels": {"pool": "a"}},
+        "spec": {"unschedulable": True, "taints": [{"key": "k", "effect": "NoSchedule"}]},
+        "status": {"conditions": [node["status"]["conditions"][0]], "allocatable": {"nvidia.com/gpu": "8", "cpu": "32"}},
+    }
 
 
 def test_slim_job_drops_managed_fields_only():

@@ -3,15 +3,49 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import sys
+import time
 
 import kopf
+from urllib3.exceptions import HTTPError
 
-from .config import parse_args
+from . import gang, kube
+from .config import OperatorConfig, parse_args
 from .handlers import build_registry
 from .logfmt import setup_logging
 from .metrics import serve
+
+
+def resolve_gang(config: OperatorConfig, attempts: int = 10) -> OperatorConfig:
+    """Ask the API server once whether it serves PodGroups, and say what placement this operator gives."""
+    log = logging.getLogger("ddpjob")
+    if config.gang_scheduling == "off":
+        log.info("gang scheduling off (--gang-scheduling=off): pods are placed one by one, not all-or-nothing")
+        return config
+    for attempt in range(attempts):
+        try:
+            served = gang.served(kube.api_client())
+            break
+        except (HTTPError, OSError, kube.ApiException) as exc:
+            if attempt == attempts - 1:
+                raise
+            log.warning("cannot ask the API server for the PodGroup API yet (%s); retrying", exc)
+            time.sleep(min(2**attempt, 10))
+    if not served:
+        log.warning(
+            "the API server does not serve %s/%s podgroups: pods are placed one by one, NOT all-or-nothing (a job "
+            "can hold some of its GPUs while the rest wait). Enable the GenericWorkload and GangScheduling feature "
+            "gates and --runtime-config=%s/%s=true, then restart the operator",
+            gang.GROUP,
+            gang.VERSION,
+            gang.GROUP,
+            gang.VERSION,
+        )
+        return config
+    log.info("gang scheduling on: each attempt is one %s/%s PodGroup, placed all-or-nothing", gang.GROUP, gang.VERSION)
+    return dataclasses.replace(config, gang=True)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -27,6 +61,7 @@ def main(argv: list[str] | None = None) -> int:
                 file=sys.stderr,
             )
             return 2
+    config = resolve_gang(config)
     liveness = f"http://0.0.0.0:{config.liveness_port}/healthz" if config.liveness_port else None
     logging.getLogger("ddpjob").info(
         "starting: namespaces=%s metrics=%s liveness=%s",

@@ -17,7 +17,7 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from . import api, metrics
+from . import api, gang, metrics
 from .expectations import Expectations
 from .kube import REQUEST_TIMEOUT, drained, reason_of, status_of
 from .plan import Observed, Plan
@@ -61,6 +61,8 @@ class PlanApplier:
             self._delete_pod(key, pod, uids.get(pod), 0)
         for pod in plan.release_pods:
             self.release_pod(key, by_name[pod])
+        for podgroup in plan.delete_podgroups:
+            self._delete_podgroup(key, podgroup)
         creations: list[Callable[[], tuple[str, str, int, str] | None]] = []
         if plan.create_service is not None:
             call = functools.partial(self.core.create_namespaced_service, ns, plan.create_service)
@@ -68,6 +70,8 @@ class PlanApplier:
         if plan.create_network_policy is not None:
             call = functools.partial(self.networking.create_namespaced_network_policy, ns, plan.create_network_policy)
             creations.append(functools.partial(self._create_child, key, NETWORK_POLICY, call))
+        if plan.create_podgroup is not None:  # before its pods: a pod whose PodGroup is missing waits unplaced
+            creations.append(functools.partial(self._create_podgroup, key, plan.create_podgroup))
         creations += [functools.partial(self._create_pod, key, pod) for pod in plan.create_pods]
         for outcome in [create() for create in creations]:
             if outcome is None:
@@ -204,6 +208,30 @@ class PlanApplier:
             return
         self.expect.released_pod(key, meta["uid"])
         log.debug("released tracking finalizer", extra={"job": f"{ns}/{job}", "pod": meta["name"]})
+
+    def _create_podgroup(self, key: tuple[str, str], body: dict[str, Any]) -> None:
+        call = functools.partial(
+            self.custom.create_namespaced_custom_object, gang.GROUP, gang.VERSION, key[0], gang.PLURAL, body
+        )
+        if self._create(functools.partial(call, _preload_content=False, _request_timeout=REQUEST_TIMEOUT)):
+            log.info("created PodGroup", extra={"job": f"{key[0]}/{key[1]}", "podgroup": body["metadata"]["name"]})
+
+    def _delete_podgroup(self, key: tuple[str, str], name: str) -> None:
+        try:
+            drained(
+                self.custom.delete_namespaced_custom_object(
+                    gang.GROUP,
+                    gang.VERSION,
+                    key[0],
+                    gang.PLURAL,
+                    name,
+                    _preload_content=False,
+                    _request_timeout=REQUEST_TIMEOUT,
+                )
+            )
+        except ApiException as exc:
+            if status_of(exc) != 404:
+                raise
 
     def _delete_job(self, ns: str, name: str, uid: str, result: ApplyResult) -> None:
         options = client.V1DeleteOptions(propagation_policy="Background", preconditions=client.V1Preconditions(uid=uid))

@@ -6,7 +6,7 @@ import copy
 from dataclasses import dataclass
 from typing import Any
 
-from . import api
+from . import api, gang
 from .rendezvous import merge_env, rendezvous_env
 from .spec import JobSpec, trainer_container
 
@@ -100,6 +100,10 @@ def build_network_policy(job: JobRef) -> dict[str, Any]:
     }
 
 
+def build_podgroup(job: JobRef, name: str, size: int, attempt: int) -> dict[str, Any]:
+    return gang.build_podgroup(owner_reference(job), job_labels(job.name), job.namespace, name, size, attempt)
+
+
 def worker_labels(job: str, index: int, attempt: int) -> dict[str, str]:
     return {
         **job_labels(job),
@@ -109,7 +113,16 @@ def worker_labels(job: str, index: int, attempt: int) -> dict[str, str]:
     }
 
 
-def build_worker_pod(job: JobRef, spec: JobSpec, *, index: int, attempt: int, restarts: int) -> dict[str, Any]:
+def build_worker_pod(
+    job: JobRef,
+    spec: JobSpec,
+    *,
+    index: int,
+    attempt: int,
+    restarts: int,
+    size: int | None = None,
+    podgroup: str | None = None,
+) -> dict[str, Any]:
     template = copy.deepcopy(spec.template)
     meta = template.get("metadata") or {}
     pod_spec = template.get("spec") or {}
@@ -119,9 +132,11 @@ def build_worker_pod(job: JobRef, spec: JobSpec, *, index: int, attempt: int, re
     pod_spec["subdomain"] = job.name
     # Trainers need no API access; a user who wants it says so in the template.
     pod_spec.setdefault("automountServiceAccountToken", False)
+    if podgroup is not None:
+        pod_spec["schedulingGroup"] = {"podGroupName": podgroup}
     container = trainer_container(pod_spec.get("containers", []))
     if container is not None:
-        _shape_trainer(container, job, spec, index=index, attempt=attempt, restarts=restarts)
+        _shape_trainer(container, job, spec, index=index, attempt=attempt, restarts=restarts, size=size)
     return {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -141,7 +156,9 @@ def build_worker_pod(job: JobRef, spec: JobSpec, *, index: int, attempt: int, re
     }
 
 
-def _shape_trainer(container: dict, job: JobRef, spec: JobSpec, *, index: int, attempt: int, restarts: int):
+def _shape_trainer(
+    container: dict, job: JobRef, spec: JobSpec, *, index: int, attempt: int, restarts: int, size: int | None
+):
     owned = rendezvous_env(
         job=job.name,
         namespace=job.namespace,
@@ -150,6 +167,7 @@ def _shape_trainer(container: dict, job: JobRef, spec: JobSpec, *, index: int, a
         index=index,
         attempt=attempt,
         restarts=restarts,
+        size=size,
     )
     container["env"] = merge_env(container.get("env") or [], owned)
     container["terminationMessagePolicy"] = "FallbackToLogsOnError"

@@ -84,4 +84,5 @@ def enter_phase(status: dict[str, Any], phase: str, reason: str, message: str, n
         conditions = set_condition(conditions, true_type, "True", reason, message, now)
     out["conditions"] = conditions
     out["phase"] = phase
+    out["reason"] = reason  # kubectl's Reason column: why the job is in its phase
     return out

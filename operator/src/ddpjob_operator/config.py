@@ -21,6 +21,8 @@ class OperatorConfig:
     resync_seconds: float
     progress_interval_seconds: float
     planner: PlannerSettings
+    gang_scheduling: str = "auto"  # auto: use PodGroups where the cluster serves them; off: never
+    gang: bool = False  # resolved at start (__main__.py): PodGroups are used
 
     @property
     def clusterwide(self) -> bool:
@@ -85,6 +87,13 @@ def parse_args(argv: list[str] | None = None) -> OperatorConfig:
         help="after creating pods, wait this long for them to run before writing a Pending status "
         "[DDPJOB_LAUNCH_SETTLE_SECONDS]",
     )
+    p.add_argument(
+        "--gang-scheduling",
+        choices=("auto", "off"),
+        default=os.environ.get("DDPJOB_GANG_SCHEDULING", "auto"),
+        help="all-or-nothing placement with scheduling.k8s.io/v1alpha2 PodGroups: auto uses them where the API "
+        "server serves them, off places pods one by one [DDPJOB_GANG_SCHEDULING]",
+    )
     a = p.parse_args(argv)
     if a.workers < 1:
         p.error("--workers must be at least 1")
@@ -100,6 +109,7 @@ def parse_args(argv: list[str] | None = None) -> OperatorConfig:
         workers=a.workers,
         resync_seconds=a.resync_seconds,
         progress_interval_seconds=a.progress_interval_seconds,
+        gang_scheduling=a.gang_scheduling,
         planner=PlannerSettings(
             node_lost_grace_seconds=a.node_lost_grace_seconds,
             terminating_grace_seconds=a.terminating_grace_seconds,

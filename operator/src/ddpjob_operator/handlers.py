@@ -15,12 +15,12 @@ from typing import Any
 
 import kopf
 
-from . import api, metrics
+from . import api, gang, metrics
 from .config import OperatorConfig
 from .kube import api_client
 from .progress import ProgressScraper
 from .reconciler import Reconciler
-from .watch_cache import NETWORK_POLICY, SERVICE, WatchCache, child_entry, slim_job, slim_node, slim_pod
+from .watch_cache import NETWORK_POLICY, SERVICE, WatchCache, bound_pod, child_entry, slim_job, slim_node, slim_pod
 from .workqueue import WorkQueue
 
 log = logging.getLogger("ddpjob.handlers")
@@ -33,7 +33,9 @@ INDEXES = (
     "ddpjob_nodes",
     "ddpjob_services",
     "ddpjob_network_policies",
+    "ddpjob_bound_pods",
 )
+GANG_INDEX = "ddpjob_podgroups"  # only where the API server serves PodGroups (config.gang)
 
 
 class NoDiffBase(kopf.DiffBaseStorage):
@@ -64,6 +66,11 @@ class Runtime:
     def wake(self, key: tuple[str, str]) -> None:
         if self.queue is not None:
             self.queue.add(key)
+
+    def wake_waiting_for_room(self) -> None:
+        if self.queue is not None and self.reconciler is not None:
+            for key in list(self.reconciler.waiting_for_room):
+                self.queue.add(key)
 
 
 def build_registry(config: OperatorConfig) -> kopf.OperatorRegistry:
@@ -103,11 +110,27 @@ def build_registry(config: OperatorConfig) -> kopf.OperatorRegistry:
     def ddpjob_network_policies(body, namespace, labels, **_):
         return {(namespace, labels[api.LABEL_JOB_NAME]): child_entry(NETWORK_POLICY, body)}
 
+    @kopf.index("", "v1", "pods", id="ddpjob_bound_pods", registry=registry)
+    def ddpjob_bound_pods(body, spec, **_):
+        """Every pod that holds room on a node (anyone's): the capacity an elastic job can grow into."""
+        held = bound_pod(body)
+        return {spec["nodeName"]: held} if held is not None else {}
+
+    if config.gang:
+
+        @kopf.index(gang.GROUP, gang.VERSION, gang.PLURAL, labels=OURS, id=GANG_INDEX, registry=registry)
+        def ddpjob_podgroups(body, namespace, labels, **_):
+            return {(namespace, labels[api.LABEL_JOB_NAME]): gang.slim_podgroup(body)}
+
+        @kopf.on.event(gang.GROUP, gang.VERSION, gang.PLURAL, labels=OURS, registry=registry)
+        async def podgroup_event(labels, namespace, **_):
+            rt.wake((namespace, labels[api.LABEL_JOB_NAME]))
+
     @kopf.on.startup(registry=registry)
     async def startup(settings: kopf.OperatorSettings, **kwargs: Any) -> None:
         # The indexes (kwargs named by their ids) are live objects: empty now, filled by kopf before any handler
         # below runs.
-        indexes = {name: kwargs[name] for name in INDEXES}
+        indexes = {name: kwargs[name] for name in INDEXES + ((GANG_INDEX,) if config.gang else ())}
         settings.posting.enabled = False  # events are ours, posted after the status write
         settings.persistence.finalizer = "ddpjob.dev/kopf-unused"  # never added: no handler needs one
         settings.persistence.diffbase_storage = NoDiffBase()
@@ -126,6 +149,8 @@ def build_registry(config: OperatorConfig) -> kopf.OperatorRegistry:
             indexes["ddpjob_pods"],
             indexes["ddpjob_nodes"],
             [indexes["ddpjob_services"], indexes["ddpjob_network_policies"]],
+            bound_pods=indexes["ddpjob_bound_pods"],
+            podgroups=indexes.get(GANG_INDEX),
         )
         rt.pods_by_node = indexes["ddpjob_pods_by_node"]
         metrics.watch_cache_sizes({name.removeprefix("ddpjob_"): index for name, index in indexes.items()})
@@ -173,10 +198,11 @@ def build_registry(config: OperatorConfig) -> kopf.OperatorRegistry:
 
     @kopf.on.event("", "v1", "nodes", registry=registry)
     async def node_event(event, name, **_):
-        """Only a change of a node's readiness matters, and only to the jobs with pods on it."""
+        """A change of a node's readiness, cordon, taints or allocatable matters to the jobs with pods on it, and
+        to the elastic jobs waiting for room."""
         if rt.queue is None:
             return
-        ready = None if event.get("type") == "DELETED" else slim_node(event.get("object") or {})["status"]
+        ready = None if event.get("type") == "DELETED" else slim_node(event.get("object") or {})
         if rt.node_ready.get(name) == ready:
             return
         rt.node_ready[name] = ready
@@ -185,6 +211,13 @@ def build_registry(config: OperatorConfig) -> kopf.OperatorRegistry:
         if name in rt.pods_by_node:
             for key in set(rt.pods_by_node[name]):
                 rt.queue.add(key)
+        rt.wake_waiting_for_room()
+
+    @kopf.on.event("", "v1", "pods", registry=registry)
+    async def any_pod_event(event, spec, status, **_):
+        """A pod that leaves a node (anyone's) gives room back: wake the elastic jobs waiting for it."""
+        if spec.get("nodeName") and (event.get("type") == "DELETED" or status.get("phase") in ("Succeeded", "Failed")):
+            rt.wake_waiting_for_room()
 
     @kopf.on.probe(id="queued", registry=registry)
     async def queued(**_):

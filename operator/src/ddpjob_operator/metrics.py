@@ -31,6 +31,13 @@ RECOVERY_SECONDS = Histogram(
     buckets=(0.5, 1, 2, 5, 10, 30, 60, 120, 300, 600, 1800),
 )
 
+RESIZE_SECONDS = Histogram(
+    "ddpjob_resize_duration_seconds",
+    "From a capacity change seen (an elastic group's resize decided) to all pods at the new size Running",
+    ["direction"],
+    buckets=(0.5, 1, 2, 5, 10, 30, 60, 120, 300, 600, 1800),
+)
+
 CACHE_OBJECTS = Gauge("ddpjob_watch_cache_objects", "Objects the watch cache holds, by kind", ["kind"])
 
 PHASES = ("Pending", "Running", "Restarting", "Succeeded", "Failed", "Suspended")
@@ -53,6 +60,8 @@ def record(observation: Observation) -> None:
             TIME_TO_ALL_RUNNING.observe(observation.value)
         case "recovery_duration":
             RECOVERY_SECONDS.observe(observation.value)
+        case "resize_duration":
+            RESIZE_SECONDS.labels(direction=labels.get("direction", "unknown")).observe(observation.value)
         case other:
             raise ValueError(f"unknown metric observation {other!r}")
 

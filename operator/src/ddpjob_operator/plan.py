@@ -21,6 +21,11 @@ class Observed:
     progress: dict[str, Any] | None = None  # worker 0's latest answer (step, loss, ..., updateTime)
     progress_since: datetime | None = None  # when this operator process began reading worker 0 of this attempt
     network_policy_exists: bool = True  # only read when spec.networkPolicy asks for one
+    gang: bool = False  # the cluster serves PodGroups and the operator uses them (gang.py)
+    podgroups: list[dict[str, Any]] = field(default_factory=list)  # the job's PodGroups, every attempt
+    # Pods of this job's shape the cluster can place now, counting the room of its own pods (capacity.py); None
+    # for a rigid job, whose size never depends on it.
+    capacity: int | None = None
 
 
 @dataclass(frozen=True)
@@ -46,6 +51,8 @@ class Plan:
     release_pods: list[str] = field(default_factory=list)  # drop the tracking finalizer
     create_service: dict[str, Any] | None = None
     create_network_policy: dict[str, Any] | None = None
+    create_podgroup: dict[str, Any] | None = None  # the current attempt's gang, created before its pods
+    delete_podgroups: list[str] = field(default_factory=list)  # gangs of earlier attempts
     create_pods: list[dict[str, Any]] = field(default_factory=list)
     status: dict[str, Any] | None = None  # None: nothing changed, write nothing
     # The pass that creates pods writes no status: the pass that sees them (usually Running) writes it once, so

@@ -22,9 +22,10 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from . import api, failures
+from . import api, failures, gang
 from . import conditions as c
-from .builders import JobRef, build_network_policy, build_service, build_worker_pod
+from .builders import JobRef, build_network_policy, build_podgroup, build_service, build_worker_pod
+from .capacity import GROW, SHRINK, decide_size, size_to_start
 from .no_progress import decide_no_progress, progress_after_scrape
 from .plan import Observed, Plan
 from .progress import metrics_url
@@ -93,18 +94,28 @@ def plan_release_orphans(pods: list[dict[str, Any]]) -> Plan:
     return plan
 
 
-def initial_status(job: str, spec: JobSpec) -> dict[str, Any]:
-    return {
-        "phase": c.PENDING,
-        "conditions": [],
-        "attempt": 0,
-        "restarts": 0,
-        "replicas": spec.replicas,
-        "readyReplicas": 0,
-        "readyText": f"0/{spec.replicas}",
-        "selector": api.selector(job),
-        "worldSize": spec.replicas * spec.procs_per_pod,
-    }
+def initial_status(job: str, spec: JobSpec, capacity: int | None = None) -> dict[str, Any]:
+    status = {"phase": c.PENDING, "conditions": [], "attempt": 0, "restarts": 0, "selector": api.selector(job)}
+    return _sized(status, spec, _start_size(spec, capacity))
+
+
+def _start_size(spec: JobSpec, capacity: int | None) -> int:
+    return size_to_start(
+        desired=spec.replicas, minimum=spec.elastic.min_replicas if spec.elastic else None, fits=capacity
+    )
+
+
+def _sized(status: dict[str, Any], spec: JobSpec, size: int) -> dict[str, Any]:
+    """status at a new attempt of `size` pods (none running yet), of spec.replicas desired."""
+    status.update(
+        replicas=size,
+        desiredReplicas=spec.replicas,
+        sizeText=f"{size}/{spec.replicas}",
+        readyReplicas=0,
+        readyText=f"0/{size}",
+        worldSize=size * spec.procs_per_pod,
+    )
+    return status
 
 
 # A cache that shows two pods under one name is between a pod's deletion and its successor's creation: the watch
@@ -134,9 +145,12 @@ def plan_reconcile(obs: Observed, settings: PlannerSettings = PlannerSettings())
     old = job.get("status") or {}
     status = copy.deepcopy(old)
     if "attempt" not in status:
-        status = {**initial_status(ref.name, spec), **status}
+        status = {**initial_status(ref.name, spec, obs.capacity), **status}
         plan.observe("jobs_created")
     status["observedGeneration"] = meta.get("generation", 1)
+    status["placement"] = gang.placement_of(spec.template, obs.gang)
+    status.setdefault("desiredReplicas", status["replicas"])
+    status.setdefault("sizeText", f"{status['replicas']}/{status['desiredReplicas']}")
 
     status = _plan_steps(obs, settings, ref, spec, status, plan)
     if status != old:
@@ -154,6 +168,12 @@ def _plan_steps(
         _finish(obs, spec, status, pods, plan)
         return status
     _delete_stale(obs, settings, pods, plan)
+    plan.delete_podgroups = [
+        g["metadata"]["name"]
+        for g in obs.podgroups
+        if g["metadata"].get("labels", {}).get(api.LABEL_ATTEMPT) != str(attempt)
+        and not g["metadata"].get("deletionTimestamp")
+    ]
 
     for step in (_deadline, _suspend_or_resume, _rescale):
         new_status = step(obs, spec, status, plan)
@@ -168,6 +188,9 @@ def _plan_steps(
     new_status = _success_policy(obs, status, pods, plan)
     if new_status is not None:
         return new_status
+    new_status = _resize_to_capacity(obs, spec, status, pods, plan)
+    if new_status is not None:
+        return new_status
 
     if not obs.service_exists:
         plan.create_service = build_service(ref, spec)
@@ -177,7 +200,31 @@ def _plan_steps(
         return status
     launched_now = _launched(obs, settings, status, pods, plan)
     _readiness(obs, settings, spec, status, pods, plan, launched_now)
+    _placement(obs, status, pods, plan)
     return status
+
+
+PLACED = "PodsPlaced"  # condition: False with the scheduler's reason while the attempt waits to be placed
+
+
+def _placement(obs: Observed, status: dict[str, Any], pods: SortedPods, plan: Plan) -> None:
+    """Say why a pending attempt is not placed, in the scheduler's words, once per change."""
+    conditions = status.get("conditions") or []
+    verdict = _unschedulable(obs, status, pods) if status.get("phase") == c.PENDING else None
+    if verdict is not None:
+        what = "its gang of" if status.get("placement") == gang.GANG else "some of its"
+        message = f"attempt {status['attempt']}: {what} {status['replicas']} pods cannot be placed"
+        message += f": {verdict.message}" if verdict.message else ""
+        current = c.find_condition(conditions, PLACED)
+        if current is None or current.get("status") != "False" or current.get("message") != message:
+            plan.event(WARNING, verdict.reason or "Unschedulable", message)
+        status["conditions"] = c.set_condition(conditions, PLACED, "False", verdict.reason, message, obs.now)
+        status["reason"] = verdict.reason or "Unschedulable"
+    elif pods.current and all((p.get("spec") or {}).get("nodeName") for p in pods.current.values()):
+        message = f"all {status['replicas']} pods of attempt {status['attempt']} are placed"
+        status["conditions"] = c.clear_condition(conditions, PLACED, "Placed", message, obs.now)
+        if c.find_condition(status["conditions"], PLACED) is not None:
+            status["conditions"] = c.set_condition(status["conditions"], PLACED, "True", "Placed", message, obs.now)
 
 
 # --- 2. terminal ----------------------------------------------------------------------------------------------
@@ -243,13 +290,8 @@ def _suspend_or_resume(obs: Observed, spec: JobSpec, status: dict[str, Any], pla
     if spec.run_policy.suspend and not suspended:
         # A new attempt number makes every existing pod "earlier", so the next pass deletes them all.
         out = c.enter_phase(status, c.SUSPENDED, "Suspended", "job is suspended; its pods are deleted", obs.now)
-        out.update(
-            attempt=status["attempt"] + 1,
-            readyReplicas=0,
-            replicas=spec.replicas,
-            worldSize=spec.replicas * spec.procs_per_pod,
-            readyText=f"0/{spec.replicas}",
-        )
+        out["attempt"] = status["attempt"] + 1
+        _sized(out, spec, _start_size(spec, obs.capacity))
         for key in ("startTime", "nextAttemptTime", "restartingSince"):
             out.pop(key, None)
         plan.event(NORMAL, "Suspended", f"suspended; deleting the pods of attempt {status['attempt']}")
@@ -257,6 +299,7 @@ def _suspend_or_resume(obs: Observed, spec: JobSpec, status: dict[str, Any], pla
         return out
     if not spec.run_policy.suspend and suspended:
         out = c.enter_phase(status, c.PENDING, "Resumed", "job resumed", obs.now)
+        out = _sized(out, spec, _start_size(spec, obs.capacity))
         out = {
             **out,
             "conditions": c.set_condition(out["conditions"], c.SUSPENDED, "False", "Resumed", "job resumed", obs.now),
@@ -265,34 +308,78 @@ def _suspend_or_resume(obs: Observed, spec: JobSpec, status: dict[str, Any], pla
         plan.event(NORMAL, "Resumed", f"resumed as attempt {status['attempt']}")
         plan.requeue(0)
         return out
-    if suspended and status.get("replicas") != spec.replicas:
-        status.update(
-            replicas=spec.replicas, worldSize=spec.replicas * spec.procs_per_pod, readyText=f"0/{spec.replicas}"
-        )
+    if suspended and status.get("desiredReplicas") != spec.replicas:
+        _sized(status, spec, _start_size(spec, obs.capacity))
     return None
 
 
 def _rescale(obs: Observed, spec: JobSpec, status: dict[str, Any], plan: Plan) -> dict[str, Any] | None:
-    if status.get("phase") == c.SUSPENDED or status.get("replicas") == spec.replicas:
+    """spec.replicas changed: a new attempt at the new desired size (or what fits of it, for an elastic job)."""
+    if status.get("phase") == c.SUSPENDED or status.get("desiredReplicas") == spec.replicas:
         return None
+    size = _start_size(spec, obs.capacity)
     message = (
-        f"replicas {status['replicas']} -> {spec.replicas}: restarting the group as attempt {status['attempt'] + 1}"
+        f"replicas {status['desiredReplicas']} -> {spec.replicas}: restarting the group as attempt "
+        f"{status['attempt'] + 1} with {size} pods"
     )
-    out = c.enter_phase(status, c.RESTARTING, "Rescaled", message, obs.now)
-    # A scale change is not a failure: attempt moves, restarts (the budget) does not.
-    out.update(
-        attempt=status["attempt"] + 1,
-        replicas=spec.replicas,
-        readyReplicas=0,
-        worldSize=spec.replicas * spec.procs_per_pod,
-        readyText=f"0/{spec.replicas}",
-    )
+    return _new_group(obs, spec, status, plan, size, "Rescaled", message)
+
+
+def _new_group(
+    obs: Observed, spec: JobSpec, status: dict[str, Any], plan: Plan, size: int, reason: str, message: str
+) -> dict[str, Any]:
+    """A new attempt of `size` pods that is not a failure: attempt moves, restarts (the budget) does not. Its pods
+    stop on SIGTERM, which makes the trainer write a checkpoint; the new group resumes from it."""
+    out = _sized(c.enter_phase(status, c.RESTARTING, reason, message, obs.now), spec, size)
+    out["attempt"] = status["attempt"] + 1
     _start_no_sooner(out, obs.now)
     out.setdefault("restartingSince", format_time(obs.now))
-    plan.event(NORMAL, "Rescaled", message)
-    plan.observe("group_restarts", reason="Rescaled")
+    plan.event(NORMAL, reason, message)
+    plan.observe("group_restarts", reason=reason)
     plan.requeue(0)
     return out
+
+
+def _unschedulable(obs: Observed, status: dict[str, Any], pods: SortedPods) -> gang.Verdict | None:
+    """The scheduler's word that the current attempt cannot be placed: its gang's condition, or (placed pod by
+    pod) a pending pod's PodScheduled=False."""
+    pod_verdict = None
+    for pod in pods.current.values():
+        if (pod.get("spec") or {}).get("nodeName"):
+            continue
+        for cond in (pod.get("status") or {}).get("conditions") or []:
+            if cond.get("type") == "PodScheduled" and cond.get("status") == "False" and pod_verdict is None:
+                pod_verdict = gang.Verdict(False, cond.get("reason") or "Unschedulable", cond.get("message") or "")
+    name = gang.podgroup_name(obs.job["metadata"]["name"], status["attempt"])
+    group = next((g for g in obs.podgroups if g["metadata"]["name"] == name), None)
+    if group is None:
+        return pod_verdict
+    verdict = gang.verdict(group)
+    if verdict.scheduled is not False:
+        return None
+    # The gang's own message is generic ("pod group is unschedulable"); a member pod's says what is short.
+    detail = pod_verdict.message if pod_verdict is not None and "pod group" not in pod_verdict.message else ""
+    return gang.Verdict(False, verdict.reason, "; ".join(m for m in (verdict.message, detail) if m))
+
+
+def _resize_to_capacity(
+    obs: Observed, spec: JobSpec, status: dict[str, Any], pods: SortedPods, plan: Plan
+) -> dict[str, Any] | None:
+    """An elastic job whose pods all exist: shrink when its gang cannot be placed, grow when room returned."""
+    if spec.elastic is None or obs.capacity is None or status.get("launchedAttempt") != status["attempt"]:
+        return None
+    if status.get("phase") not in (c.RUNNING, c.PENDING) or len(pods.current) < status["replicas"]:
+        return None
+    decision = decide_size(
+        desired=spec.replicas,
+        minimum=spec.elastic.min_replicas,
+        current=status["replicas"],
+        fits=obs.capacity,
+        unschedulable=_unschedulable(obs, status, pods) is not None,
+    )
+    if decision is None or decision.size == status["replicas"]:
+        return None
+    return _new_group(obs, spec, status, plan, decision.size, decision.reason, decision.message)
 
 
 # --- 5. failure and success -----------------------------------------------------------------------------------
@@ -368,18 +455,16 @@ def _failure_policy(
         out["lastFailure"] = last_failure
         return out
     restarts = status.get("restarts", 0) + 1
-    out = c.enter_phase(status, c.RESTARTING, decision.reason, decision.message, obs.now)
+    size = _start_size(spec, obs.capacity) if spec.elastic else status["replicas"]
+    message = decision.message
+    if size != status["replicas"]:
+        message += f"; the new group has {size} pods (room for {obs.capacity}), of {spec.replicas} desired"
+    out = _sized(c.enter_phase(status, c.RESTARTING, decision.reason, message, obs.now), spec, size)
     delay = backoff_seconds(spec.run_policy.restart_backoff_seconds, restarts)
-    out.update(
-        attempt=status["attempt"] + 1,
-        restarts=restarts,
-        lastFailure=last_failure,
-        readyReplicas=0,
-        readyText=f"0/{status['replicas']}",
-    )
+    out.update(attempt=status["attempt"] + 1, restarts=restarts, lastFailure=last_failure)
     out.setdefault("restartingSince", format_time(obs.now))
     _start_no_sooner(out, obs.now, delay)
-    plan.event(WARNING, "Restarting", decision.message)
+    plan.event(WARNING, "Restarting", message)
     plan.observe("group_restarts", reason=decision.reason)
     plan.requeue(0)
     return out
@@ -430,9 +515,22 @@ def _create_missing(
         # the new rendezvous, and the job never has more pods than replicas (their deletion wakes us up).
         plan.requeue(1.0)
         return True
+    podgroup = None
+    if status.get("placement") == gang.GANG:
+        podgroup = gang.podgroup_name(ref.name, attempt)
+        if not any(g["metadata"]["name"] == podgroup for g in obs.podgroups):
+            plan.create_podgroup = build_podgroup(ref, podgroup, replicas, attempt)
     for index in missing:
         plan.create_pods.append(
-            build_worker_pod(ref, spec, index=index, attempt=attempt, restarts=status.get("restarts", 0))
+            build_worker_pod(
+                ref,
+                spec,
+                index=index,
+                attempt=attempt,
+                restarts=status.get("restarts", 0),
+                size=replicas,
+                podgroup=podgroup,
+            )
         )
     # The pass that sees these pods writes the status (and says they were created), so a kill -9 in between
     # loses nothing: their finalizers keep them visible until then.
@@ -487,6 +585,8 @@ def _readiness(
         message = f"all {replicas} pods of attempt {status['attempt']} are running"
         if launched_now:
             message = f"created {replicas} pods for attempt {status['attempt']}; all are running"
+        restarting = c.find_condition(status.get("conditions") or [], c.RESTARTING) or {}
+        direction = {GROW: "grow", SHRINK: "shrink"}.get(restarting.get("reason", ""))
         status.update(c.enter_phase(status, c.RUNNING, "AllPodsRunning", message, obs.now))
         plan.event(NORMAL, "Running", message)
         created = parse_time(obs.job["metadata"].get("creationTimestamp"))
@@ -495,6 +595,8 @@ def _readiness(
         since = parse_time(status.pop("restartingSince", None))
         if since is not None:
             plan.observe("recovery_duration", (obs.now - since).total_seconds())
+            if direction is not None:
+                plan.observe("resize_duration", (obs.now - since).total_seconds(), direction=direction)
     elif running < replicas and phase == c.RUNNING:
         status.update(c.enter_phase(status, c.PENDING, "PodsNotRunning", f"{running}/{replicas} pods running", obs.now))
     if status.get("phase") != c.RUNNING:

@@ -43,8 +43,12 @@ class Reconciler:
         self.settings = settings
         self.progress = progress
         self.phases = metrics.PhaseGauge()
+        # Elastic jobs below their desired size or waiting to be placed: a pod or node that gives room back wakes
+        # them (handlers.py), so they grow without waiting for the resync.
+        self.waiting_for_room: set[Key] = set()
 
     def forget(self, key: Key) -> None:
+        self.waiting_for_room.discard(key)
         self.phases.set(key, None)
         self.progress.forget(key)
         self.expectations.forget(key)
@@ -104,6 +108,12 @@ class Reconciler:
         shown = (plan.status if result.status_written else None) or obs.job.get("status") or {}
         if shown.get("phase"):
             self.phases.set(key, shown["phase"])
+        elastic = bool((obs.job.get("spec") or {}).get("elastic"))
+        short = shown.get("replicas", 0) < shown.get("desiredReplicas", 0) or shown.get("phase") == "Pending"
+        if elastic and short and shown.get("phase") not in ("Succeeded", "Failed", "Suspended"):
+            self.waiting_for_room.add(key)
+        else:
+            self.waiting_for_room.discard(key)
         return plan.requeue_after
 
     def _rejected(self, key: Key, obs: Observed, plan: Plan, result: ApplyResult, fields: dict) -> float | None:

@@ -23,10 +23,10 @@ OVERRIDABLE_DEFAULTS = {
 }
 
 
-def nnodes(spec: JobSpec) -> str:
-    if spec.elastic:
-        return f"{spec.elastic.min_replicas}:{spec.elastic.max_replicas}"
-    return str(spec.replicas)
+def nnodes(spec: JobSpec, size: int | None = None) -> str:
+    """The attempt's size, fixed: the operator decides an elastic job's size per attempt (capacity.py), so
+    torchrun forms the group as soon as that many nodes joined, instead of waiting out its last call for more."""
+    return str(size if size is not None else spec.replicas)
 
 
 def rendezvous_host(job: str, namespace: str) -> str:
@@ -39,7 +39,15 @@ def rendezvous_id(job_uid: str, attempt: int) -> str:
 
 
 def rendezvous_env(
-    *, job: str, namespace: str, job_uid: str, spec: JobSpec, index: int, attempt: int, restarts: int
+    *,
+    job: str,
+    namespace: str,
+    job_uid: str,
+    spec: JobSpec,
+    index: int,
+    attempt: int,
+    restarts: int,
+    size: int | None = None,
 ) -> list[dict]:
     """The variables the operator owns, in a stable order (a pod's env is compared by tests and humans)."""
     host = rendezvous_host(job, namespace)
@@ -49,7 +57,7 @@ def rendezvous_env(
         f"last_call_timeout={spec.rendezvous.last_call_timeout_seconds}"
     )
     plain = {
-        "PET_NNODES": nnodes(spec),
+        "PET_NNODES": nnodes(spec, size),
         "PET_NPROC_PER_NODE": str(spec.procs_per_pod),
         "PET_RDZV_BACKEND": "c10d",
         "PET_RDZV_ENDPOINT": f"{host}:{port}",

@@ -13,7 +13,10 @@ from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import Any
 
+from . import api
+from .capacity import NodeRoom, Requests, pod_requests, pods_that_fit, slim_allocatable
 from .plan import Observed
+from .spec import parse_spec
 
 Key = tuple[str, str]  # (namespace, job name)
 IndexView = Mapping[Any, Iterable[Any]]
@@ -81,13 +84,58 @@ def slim_pod(body: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def slim_node(body: Mapping[str, Any]) -> dict[str, Any]:
-    """A node's name and Ready condition: all the failure policy asks of a node."""
+    """A node's name and Ready condition (all the failure policy asks of a node), and what the capacity estimate
+    reads: allocatable resources, cordon and taints."""
+    status = body.get("status") or {}
+    spec = body.get("spec") or {}
     ready = [
         _pick(c, ("type", "status", "lastTransitionTime"))
-        for c in (body.get("status") or {}).get("conditions") or []
+        for c in status.get("conditions") or []
         if c.get("type") == "Ready"
     ]
-    return {"metadata": {"name": (body.get("metadata") or {}).get("name")}, "status": {"conditions": ready}}
+    return {
+        "metadata": {
+            "name": (body.get("metadata") or {}).get("name"),
+            "labels": dict((body.get("metadata") or {}).get("labels") or {}),
+        },
+        "spec": {"unschedulable": bool(spec.get("unschedulable")), "taints": list(spec.get("taints") or [])},
+        "status": {"conditions": ready, "allocatable": dict(status.get("allocatable") or {})},
+    }
+
+
+def bound_pod(body: Mapping[str, Any]) -> tuple[str, Requests] | None:
+    """(uid, requests) of any pod that holds room on a node: bound and not finished. None otherwise."""
+    if not (body.get("spec") or {}).get("nodeName"):
+        return None
+    if (body.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+        return None
+    return (body.get("metadata") or {}).get("uid") or "", pod_requests(body.get("spec") or {})
+
+
+def node_room(node: Mapping[str, Any]) -> NodeRoom:
+    ready = any(c.get("status") == "True" for c in node["status"].get("conditions") or [])
+    return NodeRoom(
+        name=node["metadata"]["name"],
+        ready=ready,
+        unschedulable=bool(node.get("spec", {}).get("unschedulable")),
+        taints=tuple(node.get("spec", {}).get("taints") or ()),
+        allocatable=slim_allocatable(node["status"].get("allocatable")),
+        labels=node["metadata"].get("labels") or {},
+    )
+
+
+def worker_request(job_spec: Mapping[str, Any]) -> tuple[Requests, list[dict[str, Any]], dict[str, str]]:
+    """What one worker pod of this job asks the scheduler for, the taints it tolerates and its nodeSelector."""
+    spec = parse_spec(dict(job_spec))
+    pod_spec = (spec.template.get("spec") or {}) if spec.template else {}
+    request = pod_requests(pod_spec)
+    if spec.gpus_per_replica is not None:
+        request[api.GPU_RESOURCE] = slim_allocatable({"g": str(spec.gpus_per_replica)})["g"]
+    tolerations = list(pod_spec.get("tolerations") or [])
+    # Clusters with the ExtendedResourceToleration admission plugin (GPU clusters usually) add a toleration for
+    # each extended resource a pod requests, so nodes tainted for that resource take it.
+    tolerations += [{"key": name, "operator": "Exists"} for name, value in request.items() if "/" in name and value > 0]
+    return request, tolerations, dict(pod_spec.get("nodeSelector") or {})
 
 
 def child_entry(kind: str, body: Mapping[str, Any]) -> dict[str, Any]:
@@ -102,11 +150,30 @@ def controlled_by(pod: Mapping[str, Any], uid: str) -> bool:
 class WatchCache:
     """Read-only view over the four indexes the handlers declare."""
 
-    def __init__(self, jobs: IndexView, pods: IndexView, nodes: IndexView, children: Iterable[IndexView]):
+    def __init__(
+        self,
+        jobs: IndexView,
+        pods: IndexView,
+        nodes: IndexView,
+        children: Iterable[IndexView],
+        bound_pods: IndexView | None = None,
+        podgroups: IndexView | None = None,
+    ):
         self.jobs = jobs  # (ns, name) -> [job]
         self.pods = pods  # (ns, job-name label) -> [pod]
         self.nodes = nodes  # node name -> [node]
         self.children = list(children)  # each: (ns, job-name label) -> [Service or NetworkPolicy entry]
+        self.bound_pods = bound_pods if bound_pods is not None else {}  # node name -> [(uid, requests)]
+        self.podgroups = podgroups  # (ns, job-name label) -> [PodGroup]; None: gang scheduling is off
+
+    def capacity(self, job: Mapping[str, Any], own: set[str]) -> int | None:
+        """Pods of this elastic job's shape the nodes hold now, counting its own pods' room; None for a rigid job."""
+        if not (job.get("spec") or {}).get("elastic"):
+            return None
+        request, tolerations, selector = worker_request(job.get("spec") or {})
+        nodes = [node_room(n) for name in self.nodes for n in self.nodes[name]]
+        bound = [(name, uid, req) for name in self.bound_pods for uid, req in self.bound_pods[name]]
+        return pods_that_fit(nodes, bound, own, request, tolerations, selector)
 
     def job(self, key: Key) -> dict[str, Any] | None:
         return _first(self.jobs, key)
@@ -135,6 +202,9 @@ class WatchCache:
                 nodes[name] = node
         kinds = self.child_kinds(key, key[1])
         wants_policy = bool((job.get("spec") or {}).get("networkPolicy"))
+        podgroups = []
+        if self.podgroups is not None and key in self.podgroups:
+            podgroups = [g for g in self.podgroups[key] if controlled_by(g, uid)]
         return Observed(
             job=job,
             pods=pods,
@@ -142,6 +212,9 @@ class WatchCache:
             service_exists=SERVICE in kinds,
             now=now,
             network_policy_exists=not wants_policy or NETWORK_POLICY in kinds,
+            gang=self.podgroups is not None,
+            podgroups=podgroups,
+            capacity=self.capacity(job, {p["metadata"]["uid"] for p in pods}),
         )
 
     def orphaned_pods(self, key: Key) -> list[dict[str, Any]]:

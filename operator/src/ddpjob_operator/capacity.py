@@ -1,0 +1,157 @@
+"""How many pods of one job's shape the cluster can place now, and the size an elastic job should run at.
+
+The count is an estimate from the watch cache: each Ready, schedulable node's allocatable resources, minus the
+requests of the pods bound to it, divided by one worker pod's requests. It reads the resources the pod asks for,
+the node's cordon, the taints the pod does not tolerate and the template's nodeSelector; not affinities, topology
+spread or ports. It is the operator's proposal; the scheduler has the last
+word, because each attempt is one gang (gang.py): a proposal that does not fit places nothing, and the job
+then steps down (see decide_size). Pure functions: every rule is table-tested without a cluster."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from decimal import Decimal
+from typing import Any
+
+from kubernetes.utils.quantity import parse_quantity
+
+Requests = dict[str, Decimal]
+
+GROW = "GrewToFit"  # capacity returned: the group restarts bigger, from its checkpoint (not a failure)
+SHRINK = "ShrankToFit"  # the gang cannot be placed at this size: the group restarts smaller (not a failure)
+
+
+def pod_requests(pod_spec: Mapping[str, Any]) -> Requests:
+    """What the scheduler counts for a pod: the sum of its containers' requests (a limit stands in for a missing
+    request, as the API server defaults it), and the largest init container's if that is more."""
+
+    def of(container: Mapping[str, Any]) -> Requests:
+        resources = container.get("resources") or {}
+        merged = {**(resources.get("limits") or {}), **(resources.get("requests") or {})}
+        return {name: parse_quantity(value) for name, value in merged.items()}
+
+    total: Requests = {}
+    for container in pod_spec.get("containers") or []:
+        for name, value in of(container).items():
+            total[name] = total.get(name, Decimal(0)) + value
+    for container in pod_spec.get("initContainers") or []:
+        for name, value in of(container).items():
+            total[name] = max(total.get(name, Decimal(0)), value)
+    return total
+
+
+def slim_allocatable(allocatable: Mapping[str, Any] | None) -> Requests:
+    return {name: parse_quantity(value) for name, value in (allocatable or {}).items()}
+
+
+def _tolerated(taint: Mapping[str, Any], tolerations: Iterable[Mapping[str, Any]]) -> bool:
+    for t in tolerations:
+        if t.get("effect") and t.get("effect") != taint.get("effect"):
+            continue
+        if t.get("operator") == "Exists" and (not t.get("key") or t.get("key") == taint.get("key")):
+            return True
+        if t.get("key") == taint.get("key") and (t.get("value") or "") == (taint.get("value") or ""):
+            return True
+    return False
+
+
+@dataclass(frozen=True)
+class NodeRoom:
+    name: str
+    ready: bool
+    unschedulable: bool
+    taints: tuple[dict[str, Any], ...]
+    allocatable: Requests
+    labels: Mapping[str, str] = field(default_factory=dict)
+
+
+def free_room(
+    nodes: Iterable[NodeRoom], bound: Iterable[tuple[str, str, Requests]], own: set[str]
+) -> dict[str, Requests]:
+    """Per usable node: allocatable minus the requests of the pods bound to it, except the job's own pods
+    (`own`: uids), whose room a restart at another size gives back."""
+    used: dict[str, Requests] = {}
+    for node_name, uid, requests in bound:
+        if uid in own:
+            continue
+        slot = used.setdefault(node_name, {})
+        for name, value in requests.items():
+            slot[name] = slot.get(name, Decimal(0)) + value
+    free: dict[str, Requests] = {}
+    for node in nodes:
+        taken = used.get(node.name, {})
+        free[node.name] = {name: value - taken.get(name, Decimal(0)) for name, value in node.allocatable.items()}
+    return free
+
+
+def pods_that_fit(
+    nodes: Iterable[NodeRoom],
+    bound: Iterable[tuple[str, str, Requests]],
+    own: set[str],
+    request: Requests,
+    tolerations: Iterable[Mapping[str, Any]] = (),
+    node_selector: Mapping[str, str] | None = None,
+) -> int:
+    """How many more pods asking `request` the usable nodes hold (a pod asking nothing counts one per node)."""
+    tolerations = list(tolerations)
+    selector = dict(node_selector or {})
+    usable = [
+        n
+        for n in nodes
+        if n.ready
+        and all(n.labels.get(k) == v for k, v in selector.items())
+        and not n.unschedulable
+        and all(_tolerated(t, tolerations) for t in n.taints if t.get("effect") in ("NoSchedule", "NoExecute"))
+    ]
+    asked = {name: value for name, value in request.items() if value > 0}
+    count = 0
+    for room in free_room(usable, bound, own).values():
+        if not asked:
+            count += 1
+            continue
+        count += int(max(Decimal(0), min(room.get(r, Decimal(0)) // v for r, v in asked.items())))
+    return count
+
+
+@dataclass(frozen=True)
+class SizeDecision:
+    size: int
+    reason: str  # GROW or SHRINK
+    message: str
+
+
+def decide_size(
+    *,
+    desired: int,
+    minimum: int,
+    current: int,
+    fits: int,
+    unschedulable: bool,
+) -> SizeDecision | None:
+    """The size an elastic job at `current` pods should move to, or None to stay. `fits`: pods of its shape the
+    cluster holds now, counting the room of its own pods; `unschedulable`: the scheduler said the current gang
+    cannot be placed.
+
+    - The gang is unschedulable: shrink to what fits, never below `minimum`. When the estimate says the current
+      size fits but the scheduler disagrees (a constraint the estimate does not model), step down by one.
+    - The group is placed and runs below `desired`: grow to what fits, up to `desired`.
+    - Otherwise stay: a group is never restarted for capacity it cannot use."""
+    if unschedulable and current > minimum:
+        target = max(minimum, min(fits, current - 1) if fits >= current else fits)
+        return SizeDecision(
+            target,
+            SHRINK,
+            f"{current} pods cannot be placed together ({fits} fit now): continuing at {target} of {desired}",
+        )
+    if not unschedulable and current < desired and fits > current:
+        target = min(desired, fits)
+        return SizeDecision(target, GROW, f"room for {fits} pods: growing from {current} to {target} of {desired}")
+    return None
+
+
+def size_to_start(*, desired: int, minimum: int | None, fits: int | None) -> int:
+    """The size of a new attempt: what fits, between the minimum and the desired size (a rigid job: desired)."""
+    if minimum is None or fits is None:
+        return desired
+    return max(minimum, min(desired, fits))

@@ -1,0 +1,72 @@
+"""Simulated nodes of a test's own: kwok runs them (and their pods) like the shared GPU nodes, so a test can take
+one down, bring it back or fill it without touching the nodes other tests use."""
+
+from __future__ import annotations
+
+import time
+
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+
+def _now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+def create_spare_node(core: client.CoreV1Api, name: str, labels: dict[str, str] | None = None, gpus: int = 8) -> None:
+    """A kwok node labelled `spare: <name>` (plus `labels`), tainted for its GPUs like the shared ones."""
+    node = {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": name,
+            "annotations": {"kwok.x-k8s.io/node": "fake"},
+            "labels": {"type": "kwok-spare", "kubernetes.io/hostname": name, "spare": name, **(labels or {})},
+        },
+        "spec": {"taints": [{"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}]},
+        "status": {
+            "capacity": {"cpu": "64", "memory": "512Gi", "pods": "110", "nvidia.com/gpu": str(gpus)},
+            "allocatable": {"cpu": "64", "memory": "512Gi", "pods": "110", "nvidia.com/gpu": str(gpus)},
+        },
+    }
+    core.create_node(node)
+
+
+def node_ready(core: client.CoreV1Api, name: str) -> bool:
+    conditions = core.read_node(name).status.conditions or []
+    return any(c.type == "Ready" and c.status == "True" for c in conditions)
+
+
+def take_node_down(core: client.CoreV1Api, name: str) -> None:
+    """kwok stops managing the node and its pods, like a kubelet that died; then the node reports NotReady."""
+    core.patch_node(name, {"metadata": {"annotations": {"kwok.x-k8s.io/node": None}}})
+    now = _now()
+    core.patch_node_status(
+        name,
+        {
+            "status": {
+                "conditions": [
+                    {
+                        "type": "Ready",
+                        "status": "False",
+                        "reason": "KubeletStopped",
+                        "message": "node down (test)",
+                        "lastHeartbeatTime": now,
+                        "lastTransitionTime": now,
+                    }
+                ]
+            }
+        },
+    )
+
+
+def bring_node_up(core: client.CoreV1Api, name: str) -> None:
+    core.patch_node(name, {"metadata": {"annotations": {"kwok.x-k8s.io/node": "fake"}}})
+
+
+def delete_node(core: client.CoreV1Api, name: str) -> None:
+    try:
+        core.delete_node(name)
+    except ApiException as exc:
+        if exc.status != 404:
+            raise

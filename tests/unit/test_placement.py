@@ -1,0 +1,216 @@
+"""Gang placement and capacity-driven elasticity in the planner: which PodGroup and pods a pass creates, what it
+says while an attempt cannot be placed, and when an elastic group shrinks or grows."""
+
+from __future__ import annotations
+
+import dataclasses
+from datetime import timedelta
+
+from ddpjob_operator import api
+from ddpjob_operator.planner import PlannerSettings, plan_reconcile
+
+from job_builders import NOW, UID, make_job, make_node, make_pod, observe, running_pods
+
+SETTINGS = PlannerSettings(node_lost_grace_seconds=30, terminating_grace_seconds=60)
+
+
+def plan_with(job, pods=(), nodes=None, gang=True, podgroups=(), capacity=None, now=NOW):
+    built = job.build() if hasattr(job, "build") else job
+    obs = dataclasses.replace(
+        observe(built, list(pods), nodes, True, now), gang=gang, podgroups=list(podgroups), capacity=capacity
+    )
+    return plan_reconcile(obs, SETTINGS)
+
+
+def podgroup(name, attempt, scheduled=None, reason="Unschedulable", message="0/4 nodes are available"):
+    conditions = (
+        []
+        if scheduled is None
+        else [
+            {
+                "type": "PodGroupScheduled",
+                "status": "True" if scheduled else "False",
+                "reason": reason,
+                "message": message,
+            }
+        ]
+    )
+    return {
+        "metadata": {
+            "name": name,
+            "uid": f"pg-{attempt}",
+            "labels": {api.LABEL_ATTEMPT: str(attempt)},
+            "ownerReferences": [{"uid": UID, "controller": True}],
+        },
+        "spec": {},
+        "status": {"conditions": conditions},
+    }
+
+
+def env_of(pod):
+    return {e["name"]: e.get("value") for e in pod["spec"]["containers"][0]["env"]}
+
+
+def pending_pods(job, n, attempt=0):
+    return [make_pod(job, i, attempt).pending().created(60).build() for i in range(n)]
+
+
+def launched(job):
+    """Attempt 0 of the spec's full size, all its pods created, none running yet."""
+    n = job.obj["spec"]["replicas"]
+    return job.status(
+        phase="Pending",
+        attempt=0,
+        restarts=0,
+        launchedAttempt=0,
+        replicas=n,
+        desiredReplicas=n,
+        readyReplicas=0,
+        readyText=f"0/{n}",
+        placement="Gang",
+    )
+
+
+def test_a_gang_job_creates_its_podgroup_then_pods_that_point_at_it():
+    plan = plan_with(make_job("a").replicas(2))
+    assert plan.create_podgroup["metadata"]["name"] == "a-0"
+    assert plan.create_podgroup["spec"] == {"schedulingPolicy": {"gang": {"minCount": 2}}}
+    assert plan.create_podgroup["metadata"]["ownerReferences"][0]["uid"] == UID
+    assert [p["spec"]["schedulingGroup"] for p in plan.create_pods] == [{"podGroupName": "a-0"}] * 2
+    assert plan.status["placement"] == "Gang"
+
+
+def test_an_existing_podgroup_is_not_created_again():
+    plan = plan_with(make_job("a").replicas(2), podgroups=[podgroup("a-0", 0)])
+    assert plan.create_podgroup is None and len(plan.create_pods) == 2
+
+
+def test_without_the_podgroup_api_pods_are_placed_one_by_one_and_the_status_says_so():
+    plan = plan_with(make_job("a").replicas(2), gang=False)
+    assert plan.create_podgroup is None
+    assert all("schedulingGroup" not in p["spec"] for p in plan.create_pods)
+    assert plan.status["placement"] == "PodByPod"
+
+
+def test_a_template_with_its_own_scheduler_passes_through_without_a_podgroup():
+    job = make_job("a").replicas(2)
+    job.obj["spec"]["template"]["spec"]["schedulerName"] = "volcano"
+    plan = plan_with(job)
+    assert plan.create_podgroup is None
+    assert [p["spec"].get("schedulerName") for p in plan.create_pods] == ["volcano", "volcano"]
+    assert all("schedulingGroup" not in p["spec"] for p in plan.create_pods)
+    assert plan.status["placement"] == "OwnScheduler"
+
+
+def test_an_unplaceable_gang_is_reported_with_the_schedulers_words_once():
+    job = launched(make_job("a").replicas(2))
+    group = podgroup("a-0", 0, scheduled=False, message="0/4 nodes are available: 3 Insufficient nvidia.com/gpu")
+    plan = plan_with(job, pending_pods("a", 2), podgroups=[group])
+    placed = next(c for c in plan.status["conditions"] if c["type"] == "PodsPlaced")
+    assert (placed["status"], placed["reason"]) == ("False", "Unschedulable")
+    assert "3 Insufficient nvidia.com/gpu" in placed["message"]
+    assert plan.status["reason"] == "Unschedulable" and plan.status["phase"] == "Pending"
+    assert [(e.type, e.reason) for e in plan.events] == [("Warning", "Unschedulable")]
+    job.status(**plan.status)
+    again = plan_with(job, pending_pods("a", 2), podgroups=[group])
+    assert again.events == [] and again.status is None
+
+
+def test_podgroups_of_earlier_attempts_are_deleted():
+    job = make_job("a").replicas(2).running(attempt=1)
+    plan = plan_with(job, running_pods("a", 2, attempt=1), podgroups=[podgroup("a-0", 0), podgroup("a-1", 1)])
+    assert plan.delete_podgroups == ["a-0"]
+
+
+def test_an_elastic_gang_that_cannot_be_placed_shrinks_to_what_fits_without_spending_the_budget():
+    job = launched(make_job("a").replicas(4).elastic(2, 4).gpus(8))
+    plan = plan_with(job, pending_pods("a", 4), podgroups=[podgroup("a-0", 0, scheduled=False)], capacity=3)
+    s = plan.status
+    assert (s["phase"], s["reason"], s["attempt"], s["restarts"]) == ("Restarting", "ShrankToFit", 1, 0)
+    assert (s["replicas"], s["desiredReplicas"], s["sizeText"], s["worldSize"]) == (3, 4, "3/4", 24)
+    assert [e.reason for e in plan.events] == ["ShrankToFit"]
+    job.status(**s)
+    later = plan_with(job, [], podgroups=[], capacity=3, now=NOW + timedelta(seconds=2))
+    assert later.create_podgroup["spec"]["schedulingPolicy"]["gang"]["minCount"] == 3
+    assert [env_of(p)["PET_NNODES"] for p in later.create_pods] == ["3", "3", "3"]
+
+
+def test_a_group_running_below_its_desired_size_grows_when_room_returns():
+    job = (
+        make_job("a")
+        .replicas(4)
+        .elastic(2, 4)
+        .gpus(8)
+        .running(replicas=3)
+        .status(desiredReplicas=4, sizeText="3/4", placement="Gang", worldSize=24, observedGeneration=1)
+    )
+    assert plan_with(job, running_pods("a", 3), capacity=3).status is None, "no room: it stays at 3"
+    plan = plan_with(job, running_pods("a", 3), capacity=4)
+    s = plan.status
+    assert (s["phase"], s["reason"], s["replicas"], s["restarts"], s["attempt"]) == ("Restarting", "GrewToFit", 4, 0, 1)
+
+
+def test_a_lost_node_restarts_an_elastic_group_at_the_size_that_still_fits_and_counts_one_restart():
+    job = make_job("a").replicas(3).elastic(2, 3).gpus(8).running()
+    pods = [
+        make_pod("a", 0).on_node("n0").build(),
+        make_pod("a", 1).on_node("n1").build(),
+        make_pod("a", 2).on_node("lost").build(),
+    ]
+    nodes = [make_node("n0"), make_node("n1"), make_node("lost", ready=False, since=60)]
+    plan = plan_with(job, pods, nodes=nodes, capacity=2)
+    s = plan.status
+    assert (s["phase"], s["restarts"], s["replicas"], s["desiredReplicas"], s["sizeText"]) == (
+        "Restarting",
+        1,
+        2,
+        3,
+        "2/3",
+    )
+    assert "2 pods" in plan.events[0].message
+
+
+def test_a_suspended_elastic_job_is_never_resized():
+    job = make_job("a").replicas(4).elastic(2, 4).gpus(8).suspend().running(replicas=3)
+    job.status(phase="Suspended", desiredReplicas=4, sizeText="3/4")
+    plan = plan_with(job, [], capacity=4)
+    assert plan.status is None or plan.status["phase"] == "Suspended"
+
+
+def test_capacity_that_returns_while_restarting_sizes_the_new_attempt():
+    job = (
+        make_job("a")
+        .replicas(4)
+        .elastic(2, 4)
+        .gpus(8)
+        .running(replicas=3)
+        .status(phase="Restarting", attempt=1, desiredReplicas=4, launchedAttempt=0)
+    )
+    plan = plan_with(job, [], capacity=4, now=NOW)
+    assert plan.status is None or plan.status["replicas"] == 3, "an attempt keeps the size it was decided at"
+    assert len(plan.create_pods) == 3
+    job.status(phase="Running", attempt=1, launchedAttempt=1)
+    grown = plan_with(job, running_pods("a", 3, attempt=1), capacity=4)
+    assert grown.status["replicas"] == 4 and grown.status["reason"] == "GrewToFit"
+
+
+def test_a_new_elastic_job_starts_at_the_size_that_fits():
+    plan = plan_with(make_job("a").replicas(4).elastic(2, 4).gpus(8), capacity=3)
+    assert (plan.status["replicas"], plan.status["desiredReplicas"], len(plan.create_pods)) == (3, 4, 3)
+    assert plan.create_podgroup["spec"]["schedulingPolicy"]["gang"]["minCount"] == 3
+
+
+def test_an_unplaceable_pod_without_a_gang_is_reported_too():
+    job = launched(make_job("a").replicas(2))
+    pods = pending_pods("a", 2)
+    pods[1]["status"]["conditions"] = [
+        {
+            "type": "PodScheduled",
+            "status": "False",
+            "reason": "Unschedulable",
+            "message": "0/4 nodes are available: 4 Insufficient nvidia.com/gpu",
+        }
+    ]
+    plan = plan_with(job, pods, gang=False)
+    placed = next(c for c in plan.status["conditions"] if c["type"] == "PodsPlaced")
+    assert placed["status"] == "False" and "Insufficient" in placed["message"]
