@@ -45,3 +45,10 @@ def namespace(cluster, request):
         timeout=30, what=f"default ServiceAccount in {name}")
     yield name
     local_cluster.delete_namespace(cluster, name)
+
+
+def pytest_collection_modifyitems(session, config, items):
+    # A test marked `disrupts_cluster` (an apiserver outage, a control plane restarted without an API) disturbs
+    # every suite sharing the cluster: it runs after all of them, whatever its file is called.
+    last = [item for item in items if item.get_closest_marker("disrupts_cluster")]
+    items[:] = [item for item in items if item not in last] + last

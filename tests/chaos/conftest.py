@@ -97,10 +97,3 @@ def pytest_terminal_summary(terminalreporter):
                       f"{row.violations:>10} {row.peak_rss_mib:>12.1f} {row.seconds:>8.1f}")
         if row.detail:
             tr.write_line(f"    {row.detail}")
-
-
-def pytest_collection_modifyitems(session, config, items):
-    # A test marked `disrupts_cluster` (the apiserver outage) disturbs every suite sharing the cluster: in
-    # `make test` it runs after all of them, whatever its file is called.
-    last = [item for item in items if item.get_closest_marker("disrupts_cluster")]
-    items[:] = [item for item in items if item not in last] + last

@@ -79,10 +79,10 @@ def test_kubectl_get_shows_the_columns(kube, operator):
     kube.apply(ddpjob("cols", replicas=2, gpus=1))
     kube.wait_phase("cols", "Running")
     lines = kube("get", "ddpj").stdout.splitlines()
-    assert lines[0].split() == ["NAME", "PHASE", "READY", "RESTARTS", "WORLDSIZE", "AGE"]
-    assert lines[1].split()[:5] == ["cols", "Running", "2/2", "0", "2"]
+    assert lines[0].split() == ["NAME", "PHASE", "SIZE", "READY", "RESTARTS", "WORLDSIZE", "REASON", "AGE"]
+    assert lines[1].split()[:7] == ["cols", "Running", "2/2", "2/2", "0", "2", "AllPodsRunning"]
     wide = kube("get", "ddpj", "-o", "wide").stdout.splitlines()[0].split()
-    assert wide[-2:] == ["STEP", "ATTEMPT"]
+    assert wide[-3:] == ["STEP", "ATTEMPT", "PLACEMENT"]
 
 
 def test_scale_subresource_reads_replicas_and_selector(kube, operator):

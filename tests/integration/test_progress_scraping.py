@@ -70,7 +70,7 @@ def test_progress_is_copied_from_worker_0(kube, operator, trainer_metrics):
     assert (status["progress"]["loss"], status["progress"]["samplesPerSecond"]) == (0.5, 1000.0)
     assert status["progress"]["updateTime"]
     wide = kube("get", "ddpj", "prog", "-o", "wide").stdout.splitlines()[1].split()
-    assert wide[-2:] == ["42", "0"]
+    assert wide[-3:] == ["42", "0", "Gang"]
 
 
 def hung_job(kube, name: str, port: int, deadline: int = 10) -> None:

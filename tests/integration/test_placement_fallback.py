@@ -1,0 +1,63 @@
+"""A cluster that does not serve the PodGroup API: the control plane is restarted without it (GANG_SCHEDULING=0),
+and an operator started there places pods one by one, says so once in its log, and in the job's status.
+
+Marked disrupts_cluster: it restarts the shared apiserver, scheduler and controller-manager (and puts them back
+with the API on), so it runs after every other test."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+
+import pytest
+
+from support.cluster import CLUSTER_SH, wait_until
+from support.operator import OperatorProcess
+
+from ddpjob_manifests import ddpjob
+from namespaced_kubectl import Kube
+
+COMPONENTS = ("kube-apiserver", "kube-controller-manager", "kube-scheduler")
+
+
+def restart_control_plane(cluster, gang: bool) -> None:
+    env = {**os.environ, "GANG_SCHEDULING": "1" if gang else "0"}
+    for component in COMPONENTS:
+        subprocess.run(["bash", str(CLUSTER_SH), "stop", component], check=True, capture_output=True, timeout=60)
+    for component in COMPONENTS:
+        subprocess.run(["bash", str(CLUSTER_SH), "start", component], check=True, capture_output=True, timeout=180,
+                       env=env)
+
+    def serves_podgroups() -> bool:
+        out = cluster.kubectl("api-resources", "--api-group=scheduling.k8s.io", "-o", "name", check=False)
+        return out.returncode == 0 and ("podgroups" in out.stdout) == gang
+
+    wait_until(serves_podgroups, timeout=120, interval=1, what=f"the PodGroup API {'on' if gang else 'off'}")
+
+
+@pytest.fixture
+def without_podgroups(cluster, crds):
+    restart_control_plane(cluster, gang=False)
+    try:
+        yield
+    finally:
+        restart_control_plane(cluster, gang=True)
+
+
+@pytest.mark.disrupts_cluster
+def test_without_the_podgroup_api_jobs_run_pod_by_pod_and_say_so(cluster, without_podgroups, namespace, tmp_path):
+    op = OperatorProcess(cluster.kubeconfig, [namespace], tmp_path / "operator.log", verbose=False)
+    op.start()
+    try:
+        kube = Kube(cluster, namespace)
+        kube.apply(ddpjob("plain", replicas=2, gpus=1))
+        kube.running_pods("plain", attempt=0, n=2, timeout=90)
+        status = kube.wait_phase("plain", "Running")
+        assert status["placement"] == "PodByPod"
+        assert all("schedulingGroup" not in p["spec"] for p in kube.pods("plain"))
+        log = op.log()
+        assert log.count("NOT all-or-nothing") == 1, log[-3000:]
+        row = kube("get", "ddpj", "plain", "-o", "wide", "--no-headers").stdout.split()
+        assert row[-1] == "PodByPod", row
+    finally:
+        op.stop()
