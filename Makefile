@@ -31,8 +31,9 @@ lock: venv ## Regenerate hack/requirements.lock (hashed) and trainer_image/const
 tools: ## Build the pinned kube-apiserver, controller-manager, scheduler, kubectl, etcd, kwok, helm into .cache/bin
 	@bash hack/build-tools.sh
 
-cluster-up: setup ## Start the local control plane with kwok GPU nodes (NODES=4 GPUS_PER_NODE=8)
+cluster-up: setup ## Start the local control plane with kwok GPU nodes (NODES=4 GPUS_PER_NODE=8); LOCAL_NODES=N adds N local node agents
 	@NODES=$(NODES) GPUS_PER_NODE=$(GPUS_PER_NODE) bash hack/cluster.sh up
+	@if [ -n "$(LOCAL_NODES)" ]; then LOCAL_NODES=$(LOCAL_NODES) $(PY) -m ddpjob_localnode start --all; fi
 
 cluster-down: ## Stop exactly the processes cluster-up started and remove their state
 	@bash hack/cluster.sh down

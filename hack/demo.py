@@ -2,10 +2,14 @@
 in the background, run examples/digits.yaml with live progress, kill one trainer worker process midway, and end
 with a summary (accuracy, wall time, restarts, time to recover and where it went).
 
-Environment: DEMO_KILL=0 skips the kill; DEMO_NAMESPACE (ddpjob-demo); DEMO_TIMEOUT seconds (420)."""
+Environment: DEMO_KILL=0 skips the kill; DEMO_NAMESPACE (ddpjob-demo); DEMO_TIMEOUT seconds (420).
+DEMO_NODE_LOSS=1 (with LOCAL_NODES=3): the job is elastic 2..3 at 3 pods, one per local node; a third of the way
+in, the last node's agent stops, the group continues at 2 from its checkpoint; the agent comes back later and the
+group grows back to 3 (the live line's `size` shows it)."""
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import shutil
@@ -89,7 +93,31 @@ def start_operator() -> None:
     say(f"operator started (pid {proc.pid}, log {OPERATOR_LOG})")
 
 
-def fresh_job() -> None:
+def node_loss_manifest() -> dict:
+    """examples/digits.yaml as an elastic 2..3 job, one pod per local node, the same global batch at any size."""
+    import yaml  # type: ignore[import-untyped]  # pyyaml ships no stubs; the lock has no types-PyYAML
+
+    job = copy.deepcopy(yaml.safe_load(EXAMPLE.read_text()))
+    spec = job["spec"]
+    spec.update(replicas=3, nprocPerNode=1, elastic={"minReplicas": 2, "maxReplicas": 3})
+    container = spec["template"]["spec"]["containers"][0]
+    container["args"] = [a for a in container["args"] if not a.startswith("--train.batch-size-per-rank")]
+    container["args"].append("--train.global-batch-size=96")
+    one_per_node = {
+        "labelSelector": {"matchLabels": {"ddpjob.dev/job-name": JOB}},
+        "topologyKey": "kubernetes.io/hostname",
+    }
+    spec["template"]["spec"]["affinity"] = {
+        "podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [one_per_node]}
+    }
+    return job
+
+
+def local_agent(command: str, index: int) -> None:
+    subprocess.run([sys.executable, "-m", "ddpjob_localnode", "--index", str(index), command], check=True, cwd=ROOT)
+
+
+def fresh_job(manifest: dict | None = None) -> None:
     if kubectl("get", "namespace", NAMESPACE, check=False).strip() == "":
         kubectl("create", "namespace", NAMESPACE)
     kubectl("-n", NAMESPACE, "delete", "ddpj", JOB, "--ignore-not-found", "--wait=true", "--timeout=60s")
@@ -100,7 +128,10 @@ def fresh_job() -> None:
         time.sleep(0.5)
     # A rerun must train from step 0, not resume the last run's final checkpoint.
     shutil.rmtree(CHECKPOINTS / NAMESPACE / JOB, ignore_errors=True)
-    kubectl("-n", NAMESPACE, "apply", "-f", str(EXAMPLE))
+    if manifest is None:
+        kubectl("-n", NAMESPACE, "apply", "-f", str(EXAMPLE))
+    else:
+        kubectl("-n", NAMESPACE, "apply", "-f", "-", input=json.dumps(manifest))
 
 
 def job_status() -> dict:
@@ -137,18 +168,27 @@ def live_line(status: dict, progress: dict, elapsed: float, total_steps: int) ->
     return (
         f"[{elapsed:6.1f}s] {status.get('phase', 'Pending'):<10} [{'#' * filled}{'.' * (width - filled)}] "
         f"step {step:>4}/{total_steps}  loss {'-' if loss is None else f'{loss:.4f}'}  "
-        f"samples/s {'-' if rate is None else f'{rate:.0f}'}  restarts {status.get('restarts', 0)} "
-        f"attempt {status.get('attempt', 0)}"
+        f"samples/s {'-' if rate is None else f'{rate:.0f}'}  size {status.get('sizeText', '-')}  "
+        f"restarts {status.get('restarts', 0)} attempt {status.get('attempt', 0)}"
     )
 
 
 def main() -> int:
-    kill = os.environ.get("DEMO_KILL", "1") != "0"
+    node_loss = os.environ.get("DEMO_NODE_LOSS") == "1"
+    kill = os.environ.get("DEMO_KILL", "1") != "0" and not node_loss
     timeout = float(os.environ.get("DEMO_TIMEOUT", "420"))
     total_steps = int(next(a.split("=")[1] for a in EXAMPLE.read_text().split() if a.startswith("--train.steps=")))
+    lost_index = int(os.environ.get("LOCAL_NODES", "1")) - 1
+    if node_loss and lost_index < 1:
+        raise SystemExit("DEMO_NODE_LOSS=1 needs several local nodes: LOCAL_NODES=3 make demo")
+    lost_at_step = None
     start_operator()
-    say(f"applying {EXAMPLE.relative_to(ROOT)} in namespace {NAMESPACE} (2 pods x 2 processes, gloo on CPU)")
-    fresh_job()
+    if node_loss:
+        say(f"applying an elastic 2..3 digits job in namespace {NAMESPACE} (one pod per local node, gloo on CPU)")
+        fresh_job(node_loss_manifest())
+    else:
+        say(f"applying {EXAMPLE.relative_to(ROOT)} in namespace {NAMESPACE} (2 pods x 2 processes, gloo on CPU)")
+        fresh_job()
     t0 = time.time()
     clock = RecoveryClock()
     last = ""
@@ -169,6 +209,15 @@ def main() -> int:
         if status.get("phase") in ("Succeeded", "Failed"):
             break
         step = progress.get("step", 0)
+        running = status.get("phase") == "Running"
+        if node_loss and lost_at_step is None and step >= total_steps // 3 and running:
+            local_agent("stop", lost_index)
+            lost_at_step = step
+            say(f"stopped local node agent {lost_index} at step {step}: the group goes on with the nodes left")
+        elif node_loss and lost_at_step is not None and lost_at_step >= 0 and running and step >= lost_at_step + 100:
+            local_agent("start", lost_index)
+            lost_at_step = -1
+            say(f"local node agent {lost_index} is back at step {step}: the group grows back")
         if kill and clock.killed_at is None and step >= total_steps // 2 and status.get("phase") == "Running":
             victim = find_worker_process(CLUSTER_DIR, pods(), replica="1")
             if victim:

@@ -16,7 +16,7 @@ bash "$root/hack/cluster.sh" status >/dev/null 2>&1 && was_up=1
 agent_was_up=0
 "$py" -m ddpjob_localnode status >/dev/null 2>&1 && agent_was_up=1
 bash "$root/hack/cluster.sh" up
-"$py" -m ddpjob_localnode start
+"$py" -m ddpjob_localnode start --all   # LOCAL_NODES=N: N agents sharing this machine (default 1)
 rc=0
 "$py" "$root/hack/demo.py" || rc=$?
 
@@ -25,7 +25,7 @@ if [[ $was_up == 1 ]]; then
   if [[ "${DEMO_KEEP_CLUSTER:-0}" != 1 ]]; then
     pid_file="$root/.local-cluster/pids/operator.pid"
     [[ -f $pid_file ]] && { kill "$(cat "$pid_file")" 2>/dev/null || true; rm -f "$pid_file"; }
-    [[ $agent_was_up == 1 ]] || "$py" -m ddpjob_localnode stop
+    [[ $agent_was_up == 1 ]] || "$py" -m ddpjob_localnode stop --all
   fi
 elif [[ "${DEMO_KEEP_CLUSTER:-0}" == 1 ]]; then
   echo ">> cluster, local node and operator left running (DEMO_KEEP_CLUSTER=1):"

@@ -18,10 +18,26 @@ LOG_FILE = CLUSTER_DIR / "logs" / "local-node.log"
 LABEL = "ddpjob.dev/local-node"
 
 
-def node_name() -> str:
+def node_name(index: int = 0) -> str:
     out = subprocess.run([sys.executable, "-c", "from ddpjob_localnode.layout import default_node_name as n;"
-                          "print(n())"], capture_output=True, text=True, check=True)
-    return os.environ.get("LOCAL_NODE_NAME", out.stdout.strip())
+                          f"print(n({index}))"], capture_output=True, text=True, check=True)
+    return os.environ.get("LOCAL_NODE_NAME", out.stdout.strip()) if index == 0 else out.stdout.strip()
+
+
+def start_extra(cluster: Cluster, index: int, nodes: int) -> str:
+    """Agent `index` of `nodes` sharing this machine (LOCAL_NODES); its node name once it is Ready."""
+    env = {**os.environ, "LOCAL_NODES": str(nodes)}
+    subprocess.run([sys.executable, "-m", "ddpjob_localnode", "--index", str(index), "start"], check=True, cwd=ROOT,
+                   timeout=90, env=env)
+    name = node_name(index)
+    wait_until(lambda: node_ready(cluster, name) == "True", timeout=60, what=f"local node {name} Ready")
+    return name
+
+
+def stop_extra(index: int) -> None:
+    """A graceful stop: the agent marks its node NotReady and kills its pods' processes."""
+    subprocess.run([sys.executable, "-m", "ddpjob_localnode", "--index", str(index), "stop"], check=True, cwd=ROOT,
+                   timeout=30)
 
 
 def agent_pid() -> int | None:

@@ -1,5 +1,9 @@
 """`python -m ddpjob_localnode run|start|stop|status`: run the local node agent in the foreground, or in the
-background with its pid in .local-cluster/pids/local-node.pid and its log in .local-cluster/logs/local-node.log."""
+background with its pid in .local-cluster/pids/local-node.pid and its log in .local-cluster/logs/local-node.log.
+
+Several agents can share the machine (LOCAL_NODES=N): agent i (`--index i`, 0..N-1) is node local-<host>-<i>
+(the first one keeps local-<host>), with its own files (local-node-<i>.pid, ...), kubelet port (20250 + i),
+loopback block and 1/N of the CPUs, memory and GPUs. `--all` runs start, stop or status for every one of them."""
 
 from __future__ import annotations
 
@@ -12,11 +16,11 @@ import sys
 import time
 from pathlib import Path
 
-from .layout import DEFAULT_KUBELET_PORT, Layout, default_node_name, repo_root
+from .layout import DEFAULT_KUBELET_PORT, Layout, default_node_name, local_nodes, repo_root
 
 
 def _layout(args) -> Layout:
-    return Layout(root=repo_root(), node_name=args.node_name)
+    return Layout(root=repo_root(), node_name=args.node_name, index=args.index)
 
 
 def _alive(pid_file: Path) -> int | None:
@@ -67,6 +71,8 @@ def cmd_start(args) -> int:
         "ddpjob_localnode",
         "--node-name",
         args.node_name,
+        "--index",
+        str(args.index),
         "--kubelet-port",
         str(args.kubelet_port),
         "--hosts-file",
@@ -114,21 +120,41 @@ def cmd_status(args) -> int:
 
 
 def parse(argv: list[str]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m ddpjob_localnode", description=__doc__)
-    parser.add_argument("--node-name", default=os.environ.get("LOCAL_NODE_NAME", default_node_name()))
-    parser.add_argument(
-        "--kubelet-port", type=int, default=int(os.environ.get("LOCAL_NODE_KUBELET_PORT", DEFAULT_KUBELET_PORT))
+    parser = argparse.ArgumentParser(
+        prog="python -m ddpjob_localnode", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
+    parser.add_argument("--index", type=int, default=int(os.environ.get("LOCAL_NODE_INDEX", "0")))
+    parser.add_argument("--all", action="store_true", help="every agent 0..LOCAL_NODES-1 (start, stop, status)")
+    parser.add_argument("--node-name", default=None, help="default: local-<host>, local-<host>-<index> after 0")
+    parser.add_argument("--kubelet-port", type=int, default=None, help="default: 20250 + index")
     parser.add_argument("--hosts-file", default=os.environ.get("LOCAL_NODE_HOSTS_FILE", "/etc/hosts"))
     parser.add_argument("--server", default=f"https://127.0.0.1:{os.environ.get('APISERVER_PORT', '26443')}")
     parser.add_argument("--wait", type=float, default=60, help="seconds `start` waits for the node to be ready")
     parser.add_argument("command", choices=["run", "start", "stop", "status"])
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if args.all and args.command == "run":
+        parser.error("--all starts agents in the background: use start")
+    return args
+
+
+def for_index(args: argparse.Namespace, index: int) -> argparse.Namespace:
+    """args for agent `index`, with its name and port defaulted from the index."""
+    one = argparse.Namespace(**vars(args))
+    one.index = index
+    if args.node_name is None or args.all:
+        one.node_name = os.environ.get("LOCAL_NODE_NAME") if index == 0 and not args.all else None
+        one.node_name = one.node_name or default_node_name(index)
+    base = int(os.environ.get("LOCAL_NODE_KUBELET_PORT", DEFAULT_KUBELET_PORT))
+    one.kubelet_port = args.kubelet_port if args.kubelet_port is not None and not args.all else base + index
+    return one
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse(sys.argv[1:] if argv is None else argv)
-    return {"run": cmd_run, "start": cmd_start, "stop": cmd_stop, "status": cmd_status}[args.command](args)
+    command = {"run": cmd_run, "start": cmd_start, "stop": cmd_stop, "status": cmd_status}[args.command]
+    indexes = range(local_nodes()) if args.all else [args.index]
+    codes = [command(for_index(args, index)) for index in indexes]
+    return max(codes)
 
 
 if __name__ == "__main__":

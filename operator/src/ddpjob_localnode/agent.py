@@ -23,7 +23,7 @@ from .container_process import ContainerProcess, read_log_text
 from .hosts_block import hosts_entries, write_block
 from .kubelet_api import serve
 from .launch_plan import LaunchError, build_launch_plan
-from .layout import Layout
+from .layout import Layout, local_nodes
 from .loopback_ips import LoopbackAllocator
 from .memory_limit import memory_limit
 from .node_heartbeat import NodeHeartbeat
@@ -90,7 +90,7 @@ class Agent:
         self.pods: dict[str, LocalPod] = {}
         self.finished: set[str] = set()
         self.logs: dict[tuple[str, str, str], ContainerProcess] = {}
-        self.ips = LoopbackAllocator()
+        self.ips = LoopbackAllocator(layout.index)
         self.stopping = threading.Event()
         self._memory_checked_at = 0.0
 
@@ -107,7 +107,13 @@ class Agent:
         self.api = config.new_client_from_config(config_file=str(creds.kubeconfig))
         self.core = client.CoreV1Api(self.api)
         self.events = PodEvents(self.core, self.layout.node_name)
-        resources = NodeResources(machine.cpu_count(), machine.memory_bytes(), machine.gpu_count())
+        nodes, index = local_nodes(), self.layout.index
+        # Each of the LOCAL_NODES agents offers its share of the machine (at least one CPU).
+        resources = NodeResources(
+            max(1, machine.share(machine.cpu_count(), nodes, index)),
+            machine.share(machine.memory_bytes(), nodes, index),
+            machine.share(machine.gpu_count(), nodes, index),
+        )
         # The heartbeat gets its own connection so that a slow pod call never delays a lease renewal.
         self.heartbeat = NodeHeartbeat(
             config.new_client_from_config(config_file=str(creds.kubeconfig)),
@@ -139,6 +145,10 @@ class Agent:
 
     def shutdown(self) -> None:
         self.heartbeat.stop()
+        try:
+            self.heartbeat.post_not_ready()
+        except Exception as err:  # the apiserver may be gone first (cluster-down): the lease runs out instead
+            log.warning("could not mark node %s NotReady: %s", self.layout.node_name, err)
         for local in self.pods.values():
             for proc in local.containers.values():
                 proc.kill()
@@ -276,9 +286,7 @@ class Agent:
             if pod["spec"].get("initContainers"):
                 raise LaunchError("init containers are not supported in local mode")
             plans = [
-                build_launch_plan(
-                    view, c, pod_dir, self.layout.state_dir / "hostpath", self.layout.venv_bin, self._lookup_key
-                )
+                build_launch_plan(view, c, pod_dir, self.layout.hostpath_root, self.layout.venv_bin, self._lookup_key)
                 for c in pod["spec"]["containers"]
             ]
             limits = {c["name"]: memory_limit(c) for c in pod["spec"]["containers"]}

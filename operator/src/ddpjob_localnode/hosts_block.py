@@ -3,6 +3,7 @@ mapped to their loopback IPs. The agent edits only its own block and replaces th
 
 from __future__ import annotations
 
+import fcntl
 import os
 import tempfile
 from pathlib import Path
@@ -50,6 +51,14 @@ def render(current: str, owner: str, entries: dict[str, list[str]]) -> str:
 
 
 def write_block(path: Path, owner: str, entries: dict[str, list[str]]) -> None:
+    """Replace `owner`'s block. Several agents on one machine (LOCAL_NODES) edit the same file: an exclusive lock
+    on a file beside it makes each read-modify-replace whole."""
+    with open(path.with_name(f".{path.name}.ddpjob-localnode.lock"), "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        _write_block(path, owner, entries)
+
+
+def _write_block(path: Path, owner: str, entries: dict[str, list[str]]) -> None:
     current = path.read_text() if path.exists() else ""
     wanted = render(current, owner, entries)
     if wanted == current:

@@ -20,16 +20,27 @@ def repo_root() -> Path:
     return Path(__file__).resolve().parents[3]
 
 
-def default_node_name() -> str:
+def default_node_name(index: int = 0) -> str:
+    """local-<host> for the first agent, local-<host>-<index> for the others (LOCAL_NODES > 1)."""
     host = socket.gethostname().split(".")[0].lower()
     cleaned = "".join(ch if ch.isalnum() or ch == "-" else "-" for ch in host).strip("-")
-    return f"local-{cleaned or 'machine'}"
+    return f"local-{cleaned or 'machine'}" + (f"-{index}" if index else "")
+
+
+def local_nodes() -> int:
+    """How many agents share this machine (LOCAL_NODES, default 1)."""
+    return max(1, int(os.environ.get("LOCAL_NODES", "1")))
 
 
 @dataclass(frozen=True)
 class Layout:
     root: Path
     node_name: str
+    index: int = 0  # which of the LOCAL_NODES agents on this machine: its files, ports and addresses
+
+    @property
+    def _suffix(self) -> str:
+        return f"-{self.index}" if self.index else ""
 
     @property
     def cluster_dir(self) -> Path:
@@ -41,7 +52,14 @@ class Layout:
 
     @property
     def state_dir(self) -> Path:
-        return self.cluster_dir / "local-node"
+        return self.cluster_dir / f"local-node{self._suffix}"
+
+    @property
+    def hostpath_root(self) -> Path:
+        """Where hostPath volumes live: one folder for every agent on this machine (they share its disk, as pods
+        on real nodes share a network filesystem), so a group that moves between local nodes finds its
+        checkpoints."""
+        return self.cluster_dir / "local-node" / "hostpath"
 
     @property
     def pods_dir(self) -> Path:
@@ -49,11 +67,11 @@ class Layout:
 
     @property
     def pid_file(self) -> Path:
-        return self.cluster_dir / "pids" / "local-node.pid"
+        return self.cluster_dir / "pids" / f"local-node{self._suffix}.pid"
 
     @property
     def log_file(self) -> Path:
-        return self.cluster_dir / "logs" / "local-node.log"
+        return self.cluster_dir / "logs" / f"local-node{self._suffix}.log"
 
     @property
     def admin_kubeconfig(self) -> Path:

@@ -7,6 +7,12 @@ import shutil
 import subprocess
 
 
+def share(total: int, nodes: int, index: int) -> int:
+    """Agent `index`'s share of `total` among `nodes` agents on this machine (the first ones get the rest)."""
+    base, extra = divmod(total, nodes)
+    return base + (1 if index < extra else 0)
+
+
 def cpu_count() -> int:
     try:
         return len(os.sched_getaffinity(0))

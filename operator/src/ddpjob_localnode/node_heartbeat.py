@@ -92,6 +92,20 @@ class NodeHeartbeat:
             },
         )
 
+    def post_not_ready(self) -> None:
+        """A graceful stop says so at once, as a kubelet's graceful node shutdown does: the node is NotReady now,
+        not when its lease runs out."""
+        stamp = format_time(datetime.now(UTC))
+        condition = {
+            "type": "Ready",
+            "status": "False",
+            "reason": "KubeletNotReady",
+            "message": "node is shutting down: the local node agent stopped",
+            "lastHeartbeatTime": stamp,
+            "lastTransitionTime": stamp,
+        }
+        self.core.patch_node_status(self.name, {"status": {"conditions": [condition]}})
+
     def start(self) -> None:
         threading.Thread(target=self._loop, name="node-heartbeat", daemon=True).start()
 

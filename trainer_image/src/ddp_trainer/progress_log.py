@@ -41,6 +41,15 @@ def resumed_line(who: Identity, step: int, samples: int, world_size_was: int) ->
     return f"{who.prefix} resumed from checkpoint step={step} samples={samples} world_size_was={world_size_was}"
 
 
+def sized_line(who: Identity, world_size: int, global_batch: int, rank_batch: int, peak_lr: float) -> str:
+    """How this attempt shares the work: the same global batch at every size, B/N per rank, the peak learning rate
+    rescaled to N. A group that shrank or grew says it here."""
+    return (
+        f"{who.prefix} sized world_size={world_size} global_batch={global_batch} rank_batch={rank_batch} "
+        f"peak_lr={peak_lr:.3e}"
+    )
+
+
 def started_line(who: Identity, world_size: int, backend: str, device: str, rendezvous_seconds: float) -> str:
     return (
         f"{who.prefix} started pid={os.getpid()} world_size={world_size} backend={backend} device={device} "

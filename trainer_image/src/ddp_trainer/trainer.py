@@ -23,7 +23,7 @@ from .distributed_env import DistEnv
 from .lr_schedule import LearningRateSchedule
 from .metrics import TrainerMetrics, metrics_address, serve
 from .preemption import PreemptionFlag
-from .progress_log import Identity, done_line, emit, progress_line, resumed_line, warn
+from .progress_log import Identity, done_line, emit, progress_line, resumed_line, sized_line, warn
 from .rng_state import capture_rng, restore_rng, seed_everything
 from .workloads import Workload, build_workload
 
@@ -51,6 +51,9 @@ class Trainer:
             decay=cfg.train.decay,
             min_lr_ratio=cfg.train.min_lr_ratio,
         )
+        if self.talks:
+            rank_batch = split_sizes(self.global_batch, env.world_size)[env.rank]
+            emit(sized_line(who, env.world_size, self.global_batch, rank_batch, self.schedule.peak_lr))
         self.store = (
             CheckpointStore(cfg.checkpoint.dir, cfg.checkpoint.keep, self._warn) if cfg.checkpoint.dir else None
         )

@@ -1,0 +1,108 @@
+"""An elastic digits job on three local nodes (LOCAL_NODES=3 on one machine) with real torchrun training: one
+node agent stops mid-run, the group continues at 2 from its checkpoint with the per-rank batch and the learning
+rate rescaled, the agent comes back, the group grows back to 3, and the job ends Succeeded at its target step."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from conftest import apply_job, digits_job, job_status
+from demo_recovery import parse_trainer_log
+from support import localnode
+from support.cluster import wait_until
+from test_local_jobs import JOB_TIMEOUT, run_to_end, worker0_log
+
+STEPS = 300
+GLOBAL_BATCH = 96
+SIZED = re.compile(r"sized world_size=(\d+) global_batch=(\d+) rank_batch=(\d+) peak_lr=([0-9.e+-]+)")
+
+
+@pytest.fixture
+def three_local_nodes(cluster, local_node):
+    """Agents 1 and 2 beside the session's agent 0: three nodes on this machine."""
+    names = [local_node] + [localnode.start_extra(cluster, index, nodes=3) for index in (1, 2)]
+    yield names
+    for index in (1, 2):
+        localnode.stop_extra(index)
+    for name in names[1:]:
+        cluster.kubectl("delete", "node", name, "--wait=false", check=False)
+
+
+def sized(cluster, namespace: str) -> tuple[int, int, int, float]:
+    """(world size, global batch, per-rank batch, peak lr) from worker 0's `sized` line of the current attempt."""
+    found = wait_until(lambda: SIZED.search(worker0_log(cluster, namespace, "el")), timeout=JOB_TIMEOUT,
+                       what="worker 0's sized line")
+    world, batch, rank_batch, lr = found.groups()
+    return int(world), int(batch), int(rank_batch), float(lr)
+
+
+def wait_size(cluster, namespace: str, size: int) -> dict:
+    def at_size():
+        status = job_status(cluster, namespace, "el")
+        return status.get("phase") == "Running" and status.get("replicas") == size and status
+    return wait_until(at_size, timeout=JOB_TIMEOUT, interval=0.5, what=f"el Running at {size} pods")
+
+
+def elastic_job() -> dict:
+    job = digits_job(name="el", steps=STEPS, every=20, replicas=3, nprocPerNode=1,
+                     elastic={"minReplicas": 2, "maxReplicas": 3})
+    container = job["spec"]["template"]["spec"]["containers"][0]
+    container["args"] = [a for a in container["args"] if not a.startswith("--train.batch-size-per-rank")]
+    container["args"].append(f"--train.global-batch-size={GLOBAL_BATCH}")
+    # One pod per node, so that losing a node loses a pod.
+    job["spec"]["template"]["spec"]["affinity"] = {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+        {"labelSelector": {"matchLabels": {"ddpjob.dev/job-name": "el"}}, "topologyKey": "kubernetes.io/hostname"}]}}
+    return job
+
+
+def test_an_elastic_job_shrinks_when_a_local_node_stops_and_grows_back_when_it_returns(
+        cluster, operator, namespace, three_local_nodes):
+    apply_job(cluster, namespace, elastic_job())
+    status = wait_size(cluster, namespace, 3)
+    assert status["worldSize"] == 3 and status["sizeText"] == "3/3"
+    world3, batch3, rank_batch3, lr3 = sized(cluster, namespace)
+    assert (world3, batch3, rank_batch3) == (3, GLOBAL_BATCH, GLOBAL_BATCH // 3)
+    wait_until(lambda: (parse_trainer_log(worker0_log(cluster, namespace, "el")).steps or [0])[-1] >= 60,
+               timeout=JOB_TIMEOUT, interval=0.5, what="step 60 at size 3")
+
+    lost = three_local_nodes[2]
+    localnode.stop_extra(2)
+    status = wait_size(cluster, namespace, 2)
+    assert status["restarts"] == 1, "a lost node is one failure"
+    assert status["sizeText"] == "2/3" and status["worldSize"] == 2
+    assert all(p["spec"].get("nodeName") != lost for p in _current_pods(cluster, namespace, status["attempt"]))
+    world2, batch2, rank_batch2, lr2 = sized(cluster, namespace)
+    assert (world2, batch2, rank_batch2) == (2, GLOBAL_BATCH, GLOBAL_BATCH // 2), "same global batch, B/N per rank"
+    assert lr2 == pytest.approx(lr3 * 2 / 3), "the learning rate follows the world size"
+    trainer = wait_until(lambda: (t := parse_trainer_log(worker0_log(cluster, namespace, "el"))).resumed_step and t,
+                         timeout=JOB_TIMEOUT, what="the group at 2 resumed from a checkpoint")
+    assert trainer.resumed_step >= 20
+
+    localnode.start_extra(cluster, 2, nodes=3)
+    status = wait_size(cluster, namespace, 3)
+    assert status["restarts"] == 1, "growing back spends no restart"
+    assert sized(cluster, namespace)[:3] == (3, GLOBAL_BATCH, GLOBAL_BATCH // 3)
+
+    status = run_to_end(cluster, namespace, job="el")
+    assert status["phase"] == "Succeeded", status
+    final = parse_trainer_log(worker0_log(cluster, namespace, "el"))
+    assert final.steps[-1] == STEPS
+    assert final.accuracy is not None and final.accuracy >= 0.90, final
+    reasons = [e["reason"] for e in _events(cluster, namespace)]
+    assert "GrewToFit" in reasons and "Restarting" in reasons
+
+
+def _current_pods(cluster, namespace: str, attempt: int) -> list[dict]:
+    out = cluster.kubectl("-n", namespace, "get", "pods", "-l",
+                          f"ddpjob.dev/job-name=el,ddpjob.dev/restart-attempt={attempt}", "-o", "json")
+    return json.loads(out.stdout)["items"]
+
+
+def _events(cluster, namespace: str) -> list[dict]:
+    out = cluster.kubectl("-n", namespace, "get", "events", "--field-selector", "involvedObject.name=el", "-o",
+                          "json")
+    return json.loads(out.stdout)["items"]
+
