@@ -241,7 +241,10 @@ def summary(status: dict, clock: RecoveryClock, wall: float) -> int:
         for name, seconds in clock.breakdown(trainer):
             print(f"  {name:<16} {seconds:6.2f} s")
     if trainer.resumed_step is not None:
-        print(f"  resumed from     step {trainer.resumed_step} (killed at step {clock.killed_step})")
+        cause = f"killed at step {clock.killed_step}" if clock.killed_at is not None else "the last restart or resize"
+        print(f"  resumed from     step {trainer.resumed_step} ({cause})")
+    if status.get("desiredReplicas"):
+        print(f"  size at the end  {status.get('sizeText')} pods (now/desired)")
     return 0 if status.get("phase") == "Succeeded" else 1
 
 
