@@ -21,6 +21,7 @@ from pathlib import Path
 from kubernetes import client, config
 
 from bench_cluster import BenchCluster
+from latency_stats import percentile
 from machine import describe_machine
 from progress_lines import say
 from scale_run import Party, create_namespace, delete_namespace
@@ -43,41 +44,18 @@ def job_manifest(name: str) -> dict:
     }
 
 
-class GangParty(Party):
-    """The operator with a chosen --gang-scheduling."""
-
-    def __init__(self, gang: str, *args):
-        super().__init__(*args)
-        self.gang = gang
-
-    def start(self) -> None:
-        import os
-        import subprocess
-
-        env = {**os.environ, "KUBECONFIG": str(self.cluster.kubeconfig(self.party)), "PYTHONUNBUFFERED": "1"}
-        args = [
-            sys.executable,
-            "-m",
-            "ddpjob_operator",
-            "--namespace",
-            self.namespace,
-            "--metrics-port",
-            str(self.metrics_port),
-            "--liveness-port",
-            str(self.liveness_port),
-            "--gang-scheduling",
-            self.gang,
-        ]
-        with open(self.log_path, "w") as log:
-            self.proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=Path.cwd())
-        self._wait_ready(self.proc)
+def clean_up(core: client.CoreV1Api, custom: client.CustomObjectsApi, namespace: str) -> None:
+    """The jobs first, while the operator runs (it releases their pods' tracking finalizers), then the namespace:
+    a namespace deletion that takes the pods first makes the operator count each as a failure."""
+    custom.delete_collection_namespaced_custom_object("ddpjob.dev", "v1alpha1", namespace, "ddpjobs")
+    delete_namespace(core, namespace)
 
 
 def run_mode(cluster: BenchCluster, api: client.ApiClient, gang: str, a: argparse.Namespace, log_dir: Path) -> dict:
     core, custom = client.CoreV1Api(api), client.CustomObjectsApi(api)
     namespace = f"bench-gang-{gang}"
     create_namespace(core, namespace)
-    operator = GangParty(gang, "operator", cluster, namespace, log_dir)
+    operator = Party("operator", cluster, namespace, log_dir, extra_args=("--gang-scheduling", gang))
     operator.start()
     names = [f"c{i:02d}" for i in range(a.jobs)]
     started = time.monotonic()
@@ -140,7 +118,7 @@ def run_mode(cluster: BenchCluster, api: client.ApiClient, gang: str, a: argpars
             next_line = now + 10
         time.sleep(a.poll_seconds)
     elapsed = time.monotonic() - started
-    delete_namespace(core, namespace)  # while the operator runs: it releases its pods' tracking finalizers
+    clean_up(core, custom, namespace)
     operator.stop()
     return {
         "gang": gang,
@@ -154,6 +132,93 @@ def run_mode(cluster: BenchCluster, api: client.ApiClient, gang: str, a: argpars
     }
 
 
+def _status(custom: client.CustomObjectsApi, namespace: str, name: str) -> dict:
+    return custom.get_namespaced_custom_object("ddpjob.dev", "v1alpha1", namespace, "ddpjobs", name).get("status") or {}
+
+
+def _wait_size(custom, namespace: str, name: str, size: int, timeout: float = 180) -> float:
+    """Seconds until the job is Running with `size` pods."""
+    started = time.monotonic()
+    while time.monotonic() - started < timeout:
+        status = _status(custom, namespace, name)
+        if status.get("phase") == "Running" and status.get("replicas") == size:
+            return time.monotonic() - started
+        time.sleep(0.2)
+    raise RuntimeError(f"{name} not Running at {size} pods after {timeout}s: {_status(custom, namespace, name)}")
+
+
+def _set_node(core: client.CoreV1Api, name: str, up: bool) -> None:
+    """Down: kwok stops running the node and it reports NotReady (a dead kubelet). Up: kwok runs it again."""
+    core.patch_node(name, {"metadata": {"annotations": {"kwok.x-k8s.io/node": "fake" if up else None}}})
+    if not up:
+        stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        ready = {
+            "type": "Ready",
+            "status": "False",
+            "reason": "KubeletStopped",
+            "message": "bench: node down",
+            "lastHeartbeatTime": stamp,
+            "lastTransitionTime": stamp,
+        }
+        core.patch_node_status(name, {"status": {"conditions": [ready]}})
+
+
+def run_elastic(cluster: BenchCluster, api: client.ApiClient, a: argparse.Namespace, log_dir: Path) -> dict:
+    """One elastic 2..4 job on 4 free nodes (blockers fill the rest): a node under it goes down (shrink to 3),
+    comes back (grow to 4), --elastic-trials times. Measured: node change -> Running at the new size."""
+    core, custom = client.CoreV1Api(api), client.CustomObjectsApi(api)
+    namespace = "bench-elastic"
+    create_namespace(core, namespace)
+    operator = Party("operator", cluster, namespace, log_dir, extra_args=("--gang-scheduling", "auto"))
+    operator.start()
+    nodes = sorted(n.metadata.name for n in core.list_node().items)
+    for i, node in enumerate(nodes[4:]):
+        core.create_namespaced_pod(
+            namespace,
+            {
+                "metadata": {"name": f"blocker-{i}"},
+                "spec": {
+                    "nodeSelector": {"kubernetes.io/hostname": node},
+                    "tolerations": [{"operator": "Exists"}],
+                    "containers": [
+                        {"name": "c", "image": "x", "resources": {"limits": {"nvidia.com/gpu": str(POD_GPUS)}}}
+                    ],
+                },
+            },
+        )
+    job = job_manifest("el")
+    job["spec"]["elastic"] = {"minReplicas": 2, "maxReplicas": 4}
+    job["spec"]["runPolicy"]["backoffLimit"] = 100
+    custom.create_namespaced_custom_object("ddpjob.dev", "v1alpha1", namespace, "ddpjobs", job)
+    _wait_size(custom, namespace, "el", 4)
+    samples: dict[str, list[float]] = {"shrink": [], "grow": []}
+    for trial in range(a.elastic_trials):
+        pods = core.list_namespaced_pod(namespace, label_selector="ddpjob.dev/job-name=el").items
+        victim = sorted(p.spec.node_name for p in pods if p.spec.node_name and p.status.phase == "Running")[-1]
+        _set_node(core, victim, up=False)
+        samples["shrink"].append(round(_wait_size(custom, namespace, "el", 3), 2))
+        _set_node(core, victim, up=True)
+        samples["grow"].append(round(_wait_size(custom, namespace, "el", 4), 2))
+        say(
+            f"elastic trial {trial + 1}/{a.elastic_trials}: node lost -> 3 pods in {samples['shrink'][-1]}s, "
+            f"node back -> 4 pods in {samples['grow'][-1]}s"
+        )
+    status = _status(custom, namespace, "el")
+    clean_up(core, custom, namespace)
+    operator.stop()
+
+    return {
+        "trials": a.elastic_trials,
+        "node_lost_grace_seconds": 30,
+        "samples": samples,
+        "shrink_p50": percentile(sorted(samples["shrink"]), 50),
+        "shrink_p95": percentile(sorted(samples["shrink"]), 95),
+        "grow_p50": percentile(sorted(samples["grow"]), 50),
+        "grow_p95": percentile(sorted(samples["grow"]), 95),
+        "restarts_counted": status.get("restarts"),
+    }
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", required=True, type=Path)
@@ -163,6 +228,7 @@ def main() -> int:
     p.add_argument("--poll-seconds", type=float, default=0.5)
     p.add_argument("--timeout-seconds", type=float, default=300)
     p.add_argument("--cluster-dir", default=None)
+    p.add_argument("--elastic-trials", type=int, default=5)
     a = p.parse_args()
     cluster = BenchCluster(Path(a.cluster_dir or tempfile.mkdtemp(prefix="ddpjob-gang-")), a.nodes, POD_GPUS)
     cluster.up()
@@ -170,6 +236,7 @@ def main() -> int:
     try:
         api = config.new_client_from_config(str(cluster.admin_kubeconfig))
         modes = [run_mode(cluster, api, gang, a, log_dir) for gang in ("auto", "off")]
+        elastic = run_elastic(cluster, api, a, log_dir) if a.elastic_trials else None
     finally:
         cluster.down()
     on, off = modes
@@ -192,6 +259,7 @@ def main() -> int:
             if on["all_ran"] and off["all_ran"]
             else None
         ),
+        "elastic": elastic,
         "logs": str(log_dir),
     }
     a.out.write_text(json.dumps(result, indent=1))

@@ -214,6 +214,30 @@ def plot_before_after(before: dict, after: dict, out: Path) -> None:
     plt.close(fig)
 
 
+def plot_gang(gang: dict, out: Path) -> None:
+    """GPUs held by partial groups (that cannot run) and GPUs training, over time, gang on vs off."""
+    fig, (held, training) = plt.subplots(1, 2, figsize=(12, 4.2), sharex=True)
+    for key, label, color in (("gang_on", "gang on", "tab:blue"), ("gang_off", "gang off (pod by pod)", "tab:gray")):
+        timeline = gang[key]["timeline"]
+        seconds = [t for t, _, _ in timeline]
+        held.plot(seconds, [h for _, h, _ in timeline], label=label, color=color)
+        training.plot(seconds, [r for _, _, r in timeline], label=label, color=color)
+    setup = gang["setup"]
+    held.set_title("GPUs held by groups that cannot run")
+    training.set_title("GPUs training (all of a job's pods Running)")
+    for ax in (held, training):
+        ax.set_xlabel("seconds since all jobs were submitted")
+        ax.set_ylabel("GPUs")
+        ax.legend()
+    fig.suptitle(
+        f"{setup['jobs']} jobs x {setup['pods_per_job']} pods x {setup['gpus_per_pod']} GPUs on "
+        f"{setup['nodes']} nodes x {setup['gpus_per_node']} GPUs (room for {setup['room_for_jobs']} jobs)"
+    )
+    fig.tight_layout()
+    fig.savefig(out / "gang_contention.png", dpi=110)
+    plt.close(fig)
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--results", default=str(Path(__file__).resolve().parent / "results"))
@@ -227,6 +251,9 @@ def main() -> int:
     trainer = load_trainer(out)
     if trainer:
         plot_trainer(trainer, out)
+    gang = _load(out / "gang_contention.json")
+    if gang:
+        plot_gang(gang, out)
     return 0
 
 

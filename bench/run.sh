@@ -9,7 +9,8 @@
 #   BENCH_REPORT_PAIRS=41             with/without report() pairs per loop body (progress API cost)
 #   BENCH_TRAINER_STEPS=30 BENCH_TRAINER_REPEATS=5   world 1 vs 2 scaling: steps per repeat, repeats
 #   BENCH_NODES=250                   kwok nodes (x 8 GPUs) of the throw-away cluster
-#   BENCH_SKIP="local"                any of: trainer scale local (skip those parts)
+#   BENCH_GANG_JOBS=12 BENCH_GANG_NODES=8   gang contention: 4 x 8-GPU jobs submitted at once, kwok nodes x 8 GPUs
+#   BENCH_SKIP="local"                any of: trainer scale gang local (skip those parts)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 py="$root/.venv/bin/python"
@@ -42,6 +43,12 @@ if ! skip scale; then
   "$py" "$root/bench/operator_scale.py" "${args[@]}" --nodes "${BENCH_NODES:-250}" \
     --steady-seconds "${BENCH_STEADY_SECONDS:-300}" --cache-pods "${BENCH_CACHE_PODS:-10000}" \
     --out "$results/operator_scale.json"
+fi
+
+if ! skip gang; then
+  say "gang placement under contention: ${BENCH_GANG_JOBS:-12} jobs x 4 pods x 8 GPUs on ${BENCH_GANG_NODES:-8} kwok nodes, gang on vs off"
+  "$py" "$root/bench/gang_contention.py" --out "$results/gang_contention.json" --jobs "${BENCH_GANG_JOBS:-12}" \
+    --nodes "${BENCH_GANG_NODES:-8}"
 fi
 
 if ! skip local; then

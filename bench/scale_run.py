@@ -72,8 +72,11 @@ class RunResult:
 class Party:
     """A measured client process (operator or baseline) scoped to one namespace."""
 
-    def __init__(self, party: str, cluster: BenchCluster, namespace: str, log_dir: Path):
+    def __init__(
+        self, party: str, cluster: BenchCluster, namespace: str, log_dir: Path, extra_args: tuple[str, ...] = ()
+    ):
         self.party, self.cluster, self.namespace = party, cluster, namespace
+        self.extra_args = list(extra_args)  # more operator flags (the gang benchmark's --gang-scheduling)
         self.log_path = log_dir / f"{party}-{namespace}.log"
         self.proc: subprocess.Popen | None = None
         # Ports of its own each run: a leftover process on a fixed port would answer for it.
@@ -94,6 +97,7 @@ class Party:
                 str(self.liveness_port),
                 "--workers",
                 str(OPERATOR_WORKERS),
+                *self.extra_args,
             ]
         else:
             args = [

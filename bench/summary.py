@@ -157,15 +157,48 @@ def local_rows(local: dict) -> list[str]:
     ]
 
 
+def gang_rows(gang: dict) -> list[str]:
+    on, off, setup = gang["gang_on"], gang["gang_off"], gang["setup"]
+    what = (
+        f"{setup['jobs']} x {setup['pods_per_job']}x{setup['gpus_per_pod']}-GPU jobs, room for {setup['room_for_jobs']}"
+    )
+
+    def until(mode: dict) -> str:
+        if mode["all_ran"]:
+            return f"{_s(mode['seconds_until_all_ran'])} s"
+        return f"not all: {mode['jobs_ran']}/{mode['jobs']} ran in {_s(mode['seconds_observed'])} s"
+
+    rows = [
+        f"| gang: GPU-seconds held by groups that could not run ({what}) | {_s(on['idle_gpu_seconds'])} "
+        f"| {_s(off['idle_gpu_seconds'])} (gang off) | - | 0 | "
+        f"{'met' if on['idle_gpu_seconds'] == 0 else 'missed'} |",
+        f"| gang: time until every job has run | {until(on)} | {until(off)} (gang off) | "
+        f"{_s(gang['time_ratio_on_vs_off'], 3) if gang.get('time_ratio_on_vs_off') else '-'} | - | - |",
+    ]
+    elastic = gang.get("elastic")
+    if elastic:
+        rows.append(
+            f"| elastic: node lost -> Running at the smaller size, p50 / p95 ({elastic['trials']} trials, "
+            f"{elastic['node_lost_grace_seconds']} s node-lost grace included) | {_s(elastic['shrink_p50'])} / "
+            f"{_s(elastic['shrink_p95'])} s | - | - | - | - |"
+        )
+        rows.append(
+            f"| elastic: node back -> Running at the bigger size, p50 / p95 | {_s(elastic['grow_p50'])} / "
+            f"{_s(elastic['grow_p95'])} s | - | - | - | - |"
+        )
+    return rows
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--results", default=str(Path(__file__).resolve().parent / "results"))
     results = Path(p.parse_args().results)
-    scale, trainer, local, report = (
+    scale, trainer, local, report, gang = (
         _load(results / "operator_scale.json"),
         load_trainer(results),
         _load(results / "local_recovery.json"),
         _load(results / "report_overhead.json"),
+        _load(results / "gang_contention.json"),
     )
     machine = (scale or trainer or local or {}).get("machine", {})
     print(
@@ -180,6 +213,7 @@ def main() -> int:
         trainer_rows(trainer) if trainer else [],
         report_rows(report) if report else [],
         local_rows(local) if local else [],
+        gang_rows(gang) if gang else [],
     ):
         for row in rows:
             print(row)

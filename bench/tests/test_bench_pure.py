@@ -16,7 +16,7 @@ from latency_stats import percentile, summarize  # noqa: E402
 from local_recovery import parse_breakdown  # noqa: E402
 from operator_scale import ratios, verdicts  # noqa: E402
 from request_counts import RequestCounts, parse_counts  # noqa: E402
-from summary import scale_rows, trainer_rows  # noqa: E402
+from summary import gang_rows, scale_rows, trainer_rows  # noqa: E402
 from trainer_summary import join_scaling  # noqa: E402
 
 METRICS = """# HELP apiserver_flowcontrol_dispatched_requests_total [BETA] Number of requests executed
@@ -156,3 +156,26 @@ def test_demo_breakdown_is_parsed_and_other_lines_ignored():
         "rendezvous": 3.0,
         "recovery total": 12.75,
     }
+
+
+def test_gang_rows_name_the_baseline_and_a_run_that_never_finished():
+    setup = {"jobs": 12, "pods_per_job": 4, "gpus_per_pod": 8, "room_for_jobs": 2}
+    on = {
+        "idle_gpu_seconds": 0.0,
+        "all_ran": True,
+        "seconds_until_all_ran": 71.0,
+        "jobs_ran": 12,
+        "jobs": 12,
+        "seconds_observed": 71.0,
+    }
+    off = {
+        "idle_gpu_seconds": 11520.0,
+        "all_ran": False,
+        "seconds_until_all_ran": None,
+        "jobs_ran": 0,
+        "jobs": 12,
+        "seconds_observed": 180.0,
+    }
+    rows = gang_rows({"gang_on": on, "gang_off": off, "setup": setup, "time_ratio_on_vs_off": None})
+    assert "| 0.0 | 11520.0 (gang off) |" in rows[0] and rows[0].endswith("| met |")
+    assert "71.0 s" in rows[1] and "not all: 0/12 ran in 180.0 s" in rows[1]

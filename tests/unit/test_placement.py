@@ -135,14 +135,14 @@ def test_an_elastic_gang_that_cannot_be_placed_shrinks_to_what_fits_without_spen
     assert [env_of(p)["PET_NNODES"] for p in later.create_pods] == ["3", "3", "3"]
 
 
+def three_of_four():
+    """An elastic 2..4 job of 8-GPU pods whose attempt 0 runs at 3."""
+    return make_job("a").replicas(4).elastic(2, 4).gpus(8).running(replicas=3)
+
+
 def test_a_group_running_below_its_desired_size_grows_when_room_returns():
-    job = (
-        make_job("a")
-        .replicas(4)
-        .elastic(2, 4)
-        .gpus(8)
-        .running(replicas=3)
-        .status(desiredReplicas=4, sizeText="3/4", placement="Gang", worldSize=24, observedGeneration=1)
+    job = three_of_four().status(
+        desiredReplicas=4, sizeText="3/4", placement="Gang", worldSize=24, observedGeneration=1
     )
     assert plan_with(job, running_pods("a", 3), capacity=3).status is None, "no room: it stays at 3"
     plan = plan_with(job, running_pods("a", 3), capacity=4)
@@ -178,14 +178,7 @@ def test_a_suspended_elastic_job_is_never_resized():
 
 
 def test_capacity_that_returns_while_restarting_sizes_the_new_attempt():
-    job = (
-        make_job("a")
-        .replicas(4)
-        .elastic(2, 4)
-        .gpus(8)
-        .running(replicas=3)
-        .status(phase="Restarting", attempt=1, desiredReplicas=4, launchedAttempt=0)
-    )
+    job = three_of_four().status(phase="Restarting", attempt=1, desiredReplicas=4, launchedAttempt=0)
     plan = plan_with(job, [], capacity=4, now=NOW)
     assert plan.status is None or plan.status["replicas"] == 3, "an attempt keeps the size it was decided at"
     assert len(plan.create_pods) == 3
