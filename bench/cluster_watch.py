@@ -14,8 +14,10 @@ from typing import Any
 from kubernetes import client
 from kubernetes.watch.watch import iter_resp_lines
 
-JOB_LABEL = "ddpjob.dev/job-name"
-ATTEMPT_LABEL = "ddpjob.dev/restart-attempt"
+from ddpjob_operator.api import LABEL_ATTEMPT, LABEL_JOB_NAME
+
+JOB_LABEL = LABEL_JOB_NAME
+ATTEMPT_LABEL = LABEL_ATTEMPT
 
 
 class NamespaceWatch:

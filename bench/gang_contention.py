@@ -21,6 +21,7 @@ from pathlib import Path
 from kubernetes import client, config
 
 from bench_cluster import BenchCluster
+from ddpjob_operator.api import LABEL_JOB_NAME
 from latency_stats import percentile
 from machine import describe_machine
 from progress_lines import say
@@ -73,7 +74,7 @@ def run_mode(cluster: BenchCluster, api: client.ApiClient, gang: str, a: argpars
         by_job: dict[str, list] = {}
         for pod in pods:
             if pod.metadata.deletion_timestamp is None:
-                by_job.setdefault(pod.metadata.labels.get("ddpjob.dev/job-name", ""), []).append(pod)
+                by_job.setdefault(pod.metadata.labels.get(LABEL_JOB_NAME, ""), []).append(pod)
         held_idle = training = 0
         for job, members in by_job.items():
             if job in done:

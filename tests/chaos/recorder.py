@@ -13,9 +13,10 @@ from dataclasses import dataclass, field
 from kubernetes import client, watch
 from kubernetes.client.exceptions import ApiException
 
+from ddpjob_operator.api import LABEL_ATTEMPT, LABEL_JOB_NAME
+
 GROUP, VERSION, PLURAL = "ddpjob.dev", "v1alpha1", "ddpjobs"
-LABEL_JOB = "ddpjob.dev/job-name"
-LABEL_ATTEMPT = "ddpjob.dev/restart-attempt"
+LABEL_JOB = LABEL_JOB_NAME
 TERMINAL = ("Succeeded", "Failed")
 # Counters that only ever grow over a job's life.
 MONOTONIC = ("attempt", "restarts", "launchedAttempt", "observedGeneration")

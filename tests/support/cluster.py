@@ -9,6 +9,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from ddpjob_operator.api import TRACKING_FINALIZER
+
 ROOT = Path(__file__).resolve().parents[2]
 BIN = ROOT / ".cache" / "bin"
 CLUSTER_SH = ROOT / "hack" / "cluster.sh"
@@ -51,7 +53,6 @@ def wait_until(predicate, timeout: float = 30, interval: float = 0.25, what: str
     raise AssertionError(f"timed out after {timeout}s waiting for {what} (last value: {last!r})")
 
 
-TRACKING_FINALIZER = "ddpjob.dev/pod-tracking"  # checked against the operator's api module by tests/unit
 
 
 def release_tracking_finalizers(cluster: Cluster, namespace: str) -> int:

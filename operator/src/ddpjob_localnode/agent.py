@@ -44,21 +44,20 @@ log = logging.getLogger("ddpjob_localnode.agent")
 
 HOST_IP = "127.0.0.1"
 TERMINAL = ("Succeeded", "Failed")
+# The operator's pod labels (ddpjob_operator.api). This package does not import the operator's:
+# tests/unit/test_contract.py holds the two equal.
+DDPJOB_LABELS = (
+    ("job", "ddpjob.dev/job-name"),
+    ("attempt", "ddpjob.dev/restart-attempt"),
+    ("replica", "ddpjob.dev/replica-index"),
+)
 
 
 def pod_context(pod: dict) -> str:
     """`job=J attempt=A replica=R pod=NS/NAME`, from the DDPJob labels when the pod has them."""
     meta = pod.get("metadata", {})
     labels = meta.get("labels") or {}
-    parts = [
-        f"{key}={labels[label]}"
-        for key, label in (
-            ("job", "ddpjob.dev/job-name"),
-            ("attempt", "ddpjob.dev/restart-attempt"),
-            ("replica", "ddpjob.dev/replica-index"),
-        )
-        if label in labels
-    ]
+    parts = [f"{key}={labels[label]}" for key, label in DDPJOB_LABELS if label in labels]
     return " ".join(parts + [f"pod={meta.get('namespace')}/{meta.get('name')}"])
 
 

@@ -1,0 +1,19 @@
+"""Names two packages must agree on but may not import from each other: the local node agent (a dev-only kubelet
+stand-in) and the trainer hold their own copies, and these tests hold the copies equal to the operator's."""
+
+from ddpjob_localnode.agent import DDPJOB_LABELS
+from ddpjob_operator import api, builders
+
+
+def test_the_local_nodes_log_labels_are_the_operators_pod_labels():
+    pod_labels = builders.worker_labels("j", index=1, attempt=2)
+    assert dict(DDPJOB_LABELS) == {"job": api.LABEL_JOB_NAME, "attempt": api.LABEL_ATTEMPT,
+                                   "replica": api.LABEL_REPLICA_INDEX}
+    assert {label for _, label in DDPJOB_LABELS} <= set(pod_labels)
+
+
+def test_the_local_nodes_log_context_reads_a_real_worker_pod():
+    from ddpjob_localnode.agent import pod_context
+
+    pod = {"metadata": {"namespace": "ns", "name": "j-worker-1", "labels": builders.worker_labels("j", 1, 2)}}
+    assert pod_context(pod) == "job=j attempt=2 replica=1 pod=ns/j-worker-1"
