@@ -229,7 +229,9 @@ def step_column(cluster, namespace: str, job: str) -> int | None:
 
 def test_a_users_own_loop_reports_progress_and_a_stopped_rank_is_found_by_the_deadline(
         cluster, operator, namespace):
-    deadline, steps = 15, 400
+    # Long enough that the STEP column (read every 2 s) is seen to move before the end: on a quiet machine 400
+    # steps ran in under 10 s, between two reads.
+    deadline, steps = 15, 2000
     apply_job(cluster, namespace, user_loop_job(steps, deadline))
     first = wait_until(lambda: step_column(cluster, namespace, "user-loop"), timeout=JOB_TIMEOUT, interval=0.5,
                        what="a STEP in kubectl get ddpj")

@@ -23,7 +23,7 @@ from .distributed_env import DistEnv
 from .lr_schedule import LearningRateSchedule
 from .metrics import TrainerMetrics, metrics_address, serve
 from .preemption import PreemptionFlag
-from .progress_log import Identity, done_line, emit, progress_line, resumed_line, sized_line, warn
+from .progress_log import Identity, done_line, emit, progress_line, resumed_line, warn
 from .rng_state import capture_rng, restore_rng, seed_everything
 from .workloads import Workload, build_workload
 
@@ -51,9 +51,6 @@ class Trainer:
             decay=cfg.train.decay,
             min_lr_ratio=cfg.train.min_lr_ratio,
         )
-        if self.talks:
-            rank_batch = split_sizes(self.global_batch, env.world_size)[env.rank]
-            emit(sized_line(who, env.world_size, self.global_batch, rank_batch, self.schedule.peak_lr))
         self.store = (
             CheckpointStore(cfg.checkpoint.dir, cfg.checkpoint.keep, self._warn) if cfg.checkpoint.dir else None
         )
@@ -70,6 +67,11 @@ class Trainer:
 
     def serve_metrics(self) -> bool:
         return serve(self.metrics, metrics_address(self.cfg.metrics.port, self.env.local_rank), self._warn)
+
+    @property
+    def rank_batch(self) -> int:
+        """This rank's share of the global batch: B/N, the first B % N ranks one more."""
+        return split_sizes(self.global_batch, self.env.world_size)[self.env.rank]
 
     def resume(self) -> bool:
         """Load the newest valid checkpoint on every rank. Rank 0 chooses it and tells the others, so all ranks
