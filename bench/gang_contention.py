@@ -25,24 +25,17 @@ from ddpjob_operator.api import LABEL_JOB_NAME
 from latency_stats import percentile
 from machine import describe_machine
 from progress_lines import say
-from scale_run import Party, create_namespace, delete_namespace
+from scale_run import Party, create_namespace, ddpjob, delete_namespace
 
 POD_GPUS = 8
 PODS_PER_JOB = 4
 
 
 def job_manifest(name: str) -> dict:
-    return {
-        "apiVersion": "ddpjob.dev/v1alpha1",
-        "kind": "DDPJob",
-        "metadata": {"name": name},
-        "spec": {
-            "replicas": PODS_PER_JOB,
-            "gpusPerReplica": POD_GPUS,
-            "runPolicy": {"restartBackoffSeconds": 0, "backoffLimit": 0},
-            "template": {"spec": {"containers": [{"name": "trainer", "image": "example.invalid/trainer:1"}]}},
-        },
-    }
+    """The scale benchmark's DDPJob at 4 x 8 GPUs; a failure ends it (nothing here fails a pod on purpose)."""
+    job = ddpjob(name, PODS_PER_JOB, gpus=POD_GPUS)
+    job["spec"]["runPolicy"]["backoffLimit"] = 0
+    return job
 
 
 def clean_up(core: client.CoreV1Api, custom: client.CustomObjectsApi, namespace: str) -> None:

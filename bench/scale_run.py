@@ -34,14 +34,14 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def ddpjob(name: str, pods: int) -> dict:
+def ddpjob(name: str, pods: int, gpus: int = 1) -> dict:
     return {
         "apiVersion": "ddpjob.dev/v1alpha1",
         "kind": "DDPJob",
         "metadata": {"name": name},
         "spec": {
             "replicas": pods,
-            "gpusPerReplica": 1,
+            "gpusPerReplica": gpus,
             "restartPolicy": "OnFailure",
             "runPolicy": {"backoffLimit": 3, "restartBackoffSeconds": 0},
             "template": {

@@ -19,9 +19,8 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from demo_recovery import RecoveryClock, find_worker_process, parse_trainer_log  # noqa: E402
+# Run as a script (hack/demo.sh), so hack/ is already first on sys.path; pytest.ini's pythonpath has it for tests.
+from demo_recovery import RecoveryClock, find_worker_process, parse_trainer_log
 
 ROOT = Path(__file__).resolve().parents[1]
 CLUSTER_DIR = Path(os.environ.get("CLUSTER_DIR", ROOT / ".local-cluster"))

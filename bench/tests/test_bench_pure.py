@@ -5,19 +5,15 @@ verdicts, the trainer join, the demo breakdown parser and the summary table. No 
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from latency_stats import percentile, summarize  # noqa: E402
-from local_recovery import parse_breakdown  # noqa: E402
-from operator_scale import ratios, verdicts  # noqa: E402
-from request_counts import RequestCounts, parse_counts  # noqa: E402
-from summary import gang_rows, scale_rows, trainer_rows  # noqa: E402
-from trainer_summary import join_scaling  # noqa: E402
+# bench/'s modules come from pytest.ini's pythonpath, as the scripts find each other when run from bench/.
+from latency_stats import percentile, summarize
+from local_recovery import parse_breakdown
+from operator_scale import ratios, verdicts
+from request_counts import RequestCounts, parse_counts
+from summary import gang_rows, scale_rows, trainer_rows
+from trainer_summary import join_scaling
 
 METRICS = """# HELP apiserver_flowcontrol_dispatched_requests_total [BETA] Number of requests executed
 # TYPE apiserver_flowcontrol_dispatched_requests_total counter
