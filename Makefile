@@ -12,7 +12,7 @@ PYTEST_ARGS ?=
 UPGRADE ?= 0
 UPGRADE_PACKAGE ?=
 # What `make lint` covers; tests/ is outside the gate.
-LINT_PATHS := operator trainer_image bench $(wildcard hack/*.py)
+LINT_PATHS := operator trainer_image bench hack/localnode $(wildcard hack/*.py)
 
 .PHONY: help setup venv lock tools cluster-up cluster-down cluster-status test test-unit test-integration test-trainer test-e2e test-chart test-chaos demo operator bench lint
 
@@ -50,7 +50,7 @@ lint: venv ## Lint and type-check: ruff check, ruff format --check, mypy (settin
 	@mypy
 
 test: setup lint ## Lint, then run the whole test suite (unit, trainer, integration, e2e, chart, chaos)
-	@$(PY) -m pytest tests $(PYTEST_ARGS)
+	@$(PY) -m pytest tests bench/tests $(PYTEST_ARGS)
 
 test-unit: setup ## Run only the pure unit tests (no cluster)
 	@$(PY) -m pytest tests/unit $(PYTEST_ARGS)

@@ -1,5 +1,5 @@
 """Local recovery (kill -> steps advancing again), taken from `make demo`'s own breakdown, which the local node
-measures (hack/demo_recovery.py): the demo's stdout in, bench/results/local_recovery.json out.
+measures (ddpjob_localnode.recovery): the demo's stdout in, bench/results/local_recovery.json out.
 
     python bench/local_recovery.py DEMO_STDOUT_FILE [OUT]"""
 

@@ -19,8 +19,7 @@ import sys
 import time
 from pathlib import Path
 
-# Run as a script (hack/demo.sh), so hack/ is already first on sys.path; pytest.ini's pythonpath has it for tests.
-from demo_recovery import RecoveryClock, find_worker_process, parse_trainer_log
+from ddpjob_localnode.recovery import RecoveryClock, find_worker_process, parse_trainer_log
 
 ROOT = Path(__file__).resolve().parents[1]
 CLUSTER_DIR = Path(os.environ.get("CLUSTER_DIR", ROOT / ".local-cluster"))

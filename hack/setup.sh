@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Idempotent set-up: the project venv with exactly the Python lock (hack/requirements.lock, hashes checked) and
-# both packages (editable, no deps of their own), then the Go-built tools.
+# the three local packages (editable, no deps of their own), then the Go-built tools.
 # A second run only checks stamps, so it takes seconds.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -10,7 +10,7 @@ venv="$root/.venv"
 stamp="$venv/.deps.stamp"
 lock=hack/requirements.lock
 # The pyprojects count too: they hold the editable packages' entry points.
-want=$(cat "$lock" operator/pyproject.toml trainer_image/pyproject.toml | sha256sum | cut -c1-16)
+want=$(cat "$lock" operator/pyproject.toml trainer_image/pyproject.toml hack/localnode/pyproject.toml | sha256sum | cut -c1-16)
 
 if [[ ! -x "$venv/bin/python" ]]; then
   echo ">> creating $venv"
@@ -20,8 +20,9 @@ if [[ ! -f "$stamp" || "$(cat "$stamp")" != "$want" ]]; then
   echo ">> installing $lock (torch is large on a fresh machine; pip's cache makes later runs fast)"
   # Every package pinned with its hashes, pip and setuptools included: pip refuses anything unlisted or altered.
   "$venv/bin/pip" install -q --require-hashes -r "$lock"
-  # The two local packages: their deps are in the lock; setuptools (locked above) builds them in place.
-  "$venv/bin/pip" install -q --no-deps --no-build-isolation -e operator -e trainer_image
+  # The local packages: their deps are in the lock; setuptools (locked above) builds them in place. The local node
+  # (hack/localnode) is dev tooling, kept out of the operator's wheel and image.
+  "$venv/bin/pip" install -q --no-deps --no-build-isolation -e operator -e trainer_image -e hack/localnode
   echo "$want" >"$stamp"
 fi
 

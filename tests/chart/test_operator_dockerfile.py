@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import re
+import shutil
 import subprocess
+import zipfile
 
 from chart_tools import ROOT
 
@@ -35,3 +37,22 @@ def test_slim_base_pinned_by_tag_non_root_and_package_installed():
     assert re.search(r"pip install --no-cache-dir \.", text)
     assert re.search(r'^ENTRYPOINT \["ddpjob-operator"\]', text, re.M)
     assert "ddpjob-operator" in (ROOT / "operator" / "pyproject.toml").read_text()
+
+
+def test_the_image_installs_the_operator_package_only(tmp_path):
+    """What the Dockerfile's `pip install .` installs, built from the same two COPY lines: the operator's wheel
+    holds ddpjob_operator and nothing else (the local node is a dev-only package in hack/localnode)."""
+    context = tmp_path / "context"
+    (context).mkdir()
+    shutil.copy(ROOT / "operator" / "pyproject.toml", context)
+    shutil.copytree(ROOT / "operator" / "src", context / "src", ignore=shutil.ignore_patterns("*.egg-info", "__pycache__"))
+    result = subprocess.run(
+        [str(ROOT / ".venv" / "bin" / "pip"), "wheel", "-q", "--no-deps", "--no-build-isolation", "--no-index",
+         str(context), "-w", str(tmp_path / "dist")],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    (wheel,) = (tmp_path / "dist").glob("ddpjob_operator-*.whl")
+    with zipfile.ZipFile(wheel) as archive:
+        top = {name.split("/")[0] for name in archive.namelist() if not name.split("/")[0].endswith(".dist-info")}
+    assert top == {"ddpjob_operator"}, top

@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from conftest import apply_job, digits_job, job_status, pods
-from demo_recovery import RecoveryClock, find_worker_process, parse_trainer_log
+from ddpjob_localnode.recovery import RecoveryClock, find_worker_process, parse_trainer_log
 from support import localnode
 from support.cluster import wait_until
 

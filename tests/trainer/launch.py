@@ -11,15 +11,11 @@ import sys
 import time
 from pathlib import Path
 
+# The trainer's log-line patterns, defined beside their writers; re-exported for the trainer tests.
+from ddp_trainer.progress_log import DONE, PROGRESS, RESUMED  # noqa: F401
+
 ROOT = Path(__file__).resolve().parents[2]
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run"]
-PROGRESS = re.compile(r"\[job=(?P<job>\S+) attempt=(?P<attempt>\S+) rank=(?P<rank>\d+)\] step=(?P<step>\d+)/(?P<total>\d+) "
-                      r"epoch=(?P<epoch>\d+) loss=(?P<loss>\d+\.\d{4}) lr=(?P<lr>\d\.\de[-+]\d\d) "
-                      r"samples/s=(?P<sps>\d+\.\d)$", re.M)
-DONE = re.compile(r"\[job=(?P<job>\S+) attempt=(?P<attempt>\S+) rank=0\] done step=(?P<step>\d+) "
-                  r"(?P<metric>\w+)=(?P<value>\d+\.\d{4}) wall_s=(?P<wall>\d+\.\d)$", re.M)
-RESUMED = re.compile(r"rank=(?P<rank>\d+)\] resumed from checkpoint step=(?P<step>\d+) samples=(?P<samples>\d+) "
-                     r"world_size_was=(?P<was>\d+)$", re.M)
 
 
 def free_port() -> int:

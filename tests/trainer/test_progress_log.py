@@ -1,7 +1,21 @@
-"""The log lines are a contract with the e2e tests and the demo: check their exact shape."""
+"""The log lines are a contract with the e2e tests, the demo and the recovery breakdown: each writer's exact
+shape, and that its pattern (which those readers import) reads back what it wrote."""
 
-from ddp_trainer.progress_log import Identity, done_line, progress_line, resumed_line
-from launch import DONE, PROGRESS, RESUMED
+from ddp_trainer.progress_log import (
+    DONE,
+    PROGRESS,
+    READY,
+    RESUMED,
+    SIZED,
+    STARTED,
+    Identity,
+    done_line,
+    progress_line,
+    resumed_line,
+    sized_line,
+    started_line,
+    startup_line,
+)
 
 
 def test_identity_from_operator_env():
@@ -28,4 +42,25 @@ def test_done_line():
 def test_resumed_line():
     line = resumed_line(Identity("j", "1", 2), 40, 2560, 4)
     assert line == "[job=j attempt=1 rank=2] resumed from checkpoint step=40 samples=2560 world_size_was=4"
-    assert RESUMED.search(line)
+    assert RESUMED.fullmatch(line)["was"] == "4"
+
+
+def test_sized_line():
+    line = sized_line(Identity("j", "2", 0), 2, 96, 48, 0.00066667)
+    assert line == "[job=j attempt=2 rank=0] sized world_size=2 global_batch=96 rank_batch=48 peak_lr=6.667e-04"
+    found = SIZED.fullmatch(line)
+    assert (found["world"], found["batch"], found["rank_batch"], float(found["lr"])) == ("2", "96", "48", 6.667e-04)
+
+
+def test_started_and_ready_lines():
+    who = Identity("j", "0", 1)
+    started = STARTED.fullmatch(started_line(who, 4, "gloo", "cpu", 0.5))
+    assert started and (started["world"], started["backend"], started["rendezvous"]) == ("4", "gloo", "0.50")
+    ready = READY.fullmatch(startup_line(who, 6.0, 0.5, 0.25))
+    assert ready and (ready["process"], ready["rendezvous"], ready["load"]) == ("6.00", "0.50", "0.25")
+
+
+def test_patterns_find_a_line_behind_a_timestamp():
+    """kubectl logs --timestamps puts the time first; the readers search each line."""
+    text = "2026-01-01T00:00:01Z " + progress_line(Identity("j", "1", 0), 5, 10, 0, 0.5, 1e-3, 10.0) + "\n"
+    assert PROGRESS.search(text)["step"] == "5"

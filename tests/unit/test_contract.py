@@ -17,3 +17,24 @@ def test_the_local_nodes_log_context_reads_a_real_worker_pod():
 
     pod = {"metadata": {"namespace": "ns", "name": "j-worker-1", "labels": builders.worker_labels("j", 1, 2)}}
     assert pod_context(pod) == "job=j attempt=2 replica=1 pod=ns/j-worker-1"
+
+
+def test_the_local_node_writes_the_termination_log_where_the_operator_points_torchrun():
+    from ddpjob_localnode.launch_plan import DEFAULT_TERMINATION_LOG
+
+    from ddpjob_operator.rendezvous import rendezvous_env
+    from ddpjob_operator.spec import parse_spec
+
+    env = rendezvous_env(job="j", namespace="ns", job_uid="u", spec=parse_spec({}), index=0, attempt=0, restarts=0)
+    assert {e["name"]: e.get("value") for e in env}["TORCHELASTIC_ERROR_FILE"] == DEFAULT_TERMINATION_LOG
+
+
+def test_the_operator_reads_the_times_the_local_node_writes():
+    from datetime import datetime, timezone
+
+    from ddpjob_localnode.node_object import format_time as node_time
+
+    from ddpjob_operator.timefmt import parse_time
+
+    now = datetime(2026, 11, 23, 9, 30, 15, 123456, tzinfo=timezone.utc)
+    assert parse_time(node_time(now)) == now.replace(microsecond=0)

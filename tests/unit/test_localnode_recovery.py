@@ -2,18 +2,28 @@
 
 from __future__ import annotations
 
+from ddp_trainer.progress_log import (
+    Identity,
+    done_line,
+    progress_line,
+    resumed_line,
+    startup_line,
+)
 
+from ddpjob_localnode.recovery import RecoveryClock, parse_time, parse_trainer_log
 
-from demo_recovery import RecoveryClock, parse_time, parse_trainer_log
-
-LOG = """\
-2026-01-01T00:00:10.000000000Z [job=d attempt=1 rank=0] started pid=8 world_size=4 backend=gloo device=cpu rendezvous_s=0.50
-2026-01-01T00:00:12.000000000Z [job=d attempt=1 rank=0] resumed from checkpoint step=100 samples=6400 world_size_was=4
-2026-01-01T00:00:12.500000000Z [job=d attempt=1 rank=0] ready process_s=6.00 rendezvous_s=0.50 checkpoint_load_s=0.25
-2026-01-01T00:00:13.000000000Z [job=d attempt=1 rank=0] step=110/300 epoch=3 loss=0.1000 lr=1.0e-03 samples/s=100.0
-2026-01-01T00:00:20.000000000Z [job=d attempt=1 rank=0] step=300/300 epoch=9 loss=0.0100 lr=1.0e-04 samples/s=100.0
-2026-01-01T00:00:20.100000000Z [job=d attempt=1 rank=0] done step=300 test_accuracy=0.9750 wall_s=10.0
-"""
+# worker 0's log as `kubectl logs --timestamps` shows it, each line printed by the trainer's own writer.
+W0 = Identity("d", "1", 0)
+LOG = "\n".join(
+    f"2026-01-01T00:00:{stamp}Z {line}"
+    for stamp, line in [
+        ("12.000000000", resumed_line(W0, 100, 6400, 4)),
+        ("12.500000000", startup_line(W0, 6.0, 0.5, 0.25)),
+        ("13.000000000", progress_line(W0, 110, 300, 3, 0.1, 1e-3, 100.0)),
+        ("20.000000000", progress_line(W0, 300, 300, 9, 0.01, 1e-4, 100.0)),
+        ("20.100000000", done_line(W0, 300, "test_accuracy", 0.975, 10.0)),
+    ]
+)
 
 
 def test_parse_trainer_log_reads_resume_ready_steps_and_accuracy():

@@ -1,11 +1,44 @@
-"""Log lines other programs parse (the e2e tests, the demo, the local-node recovery breakdown). Their formats
-are a contract: change them only together with those readers."""
+"""Log lines other programs parse (the e2e tests, the demo, the local-node recovery breakdown). Each line's
+writer and its pattern live here side by side, and the readers import the patterns: a format changes in one
+place, and tests/trainer/test_progress_log.py parses what every writer prints.
+
+The patterns search one line (re.M), so they also find a line that `kubectl logs --timestamps` prefixed."""
 
 from __future__ import annotations
 
 import os
+import re
 import sys
 from dataclasses import dataclass
+
+_WHO = r"\[job=(?P<job>\S+) attempt=(?P<attempt>\S+) rank=(?P<rank>\d+)\]"
+PROGRESS = re.compile(
+    _WHO + r" step=(?P<step>\d+)/(?P<total>\d+) epoch=(?P<epoch>\d+) loss=(?P<loss>\d+\.\d{4}) "
+    r"lr=(?P<lr>\d\.\de[-+]\d\d) samples/s=(?P<sps>\d+\.\d)$",
+    re.M,
+)
+DONE = re.compile(
+    _WHO + r" done step=(?P<step>\d+) (?P<metric>\w+)=(?P<value>\d+\.\d{4}) wall_s=(?P<wall>\d+\.\d)$", re.M
+)
+RESUMED = re.compile(
+    _WHO + r" resumed from checkpoint step=(?P<step>\d+) samples=(?P<samples>\d+) world_size_was=(?P<was>\d+)$",
+    re.M,
+)
+SIZED = re.compile(
+    _WHO + r" sized world_size=(?P<world>\d+) global_batch=(?P<batch>\d+) rank_batch=(?P<rank_batch>\d+) "
+    r"peak_lr=(?P<lr>\d\.\d{3}e[-+]\d\d)$",
+    re.M,
+)
+STARTED = re.compile(
+    _WHO + r" started pid=(?P<pid>\d+) world_size=(?P<world>\d+) backend=(?P<backend>\w+) device=(?P<device>\S+) "
+    r"rendezvous_s=(?P<rendezvous>\d+\.\d\d)$",
+    re.M,
+)
+READY = re.compile(
+    _WHO + r" ready process_s=(?P<process>\d+\.\d\d) rendezvous_s=(?P<rendezvous>\d+\.\d\d) "
+    r"checkpoint_load_s=(?P<load>\d+\.\d\d)$",
+    re.M,
+)
 
 
 @dataclass(frozen=True)

@@ -16,8 +16,8 @@ def repo_root() -> Path:
     given = os.environ.get("DDPJOB_ROOT")
     if given:
         return Path(given).resolve()
-    # operator/src/ddpjob_localnode/layout.py -> the repository root is three folders up from the package.
-    return Path(__file__).resolve().parents[3]
+    # hack/localnode/src/ddpjob_localnode/layout.py: the repository root is four folders up from the package.
+    return Path(__file__).resolve().parents[4]
 
 
 def default_node_name(index: int = 0) -> str:

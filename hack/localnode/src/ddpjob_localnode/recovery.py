@@ -1,20 +1,20 @@
-"""Where recovery time goes after a trainer process is killed, shared by `make demo` and the e2e tests:
-detection and pod recreation are observed from the API (job status, pods), process start, rendezvous and
-checkpoint load come from the restarted trainer's own `ready` line, with the local node's log timestamps."""
+"""Where recovery time goes after a trainer process is killed on a local node, shared by `make demo`, the e2e
+tests and bench/local_recovery.py: detection and pod recreation are observed from the API (job status, pods);
+process start, rendezvous and checkpoint load come from the restarted trainer's own `ready` line, read with the
+local node's log timestamps through the trainer's own line patterns (ddp_trainer.progress_log)."""
 
 from __future__ import annotations
 
 import calendar
-import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-_PREFIX = re.compile(r"^(\S+) \[job=\S+ attempt=(\S+) rank=(\d+)\] (.*)$")
-_READY = re.compile(r"ready process_s=([\d.]+) rendezvous_s=([\d.]+) checkpoint_load_s=([\d.]+)")
-_STEP = re.compile(r"step=(\d+)/(\d+)")
-_DONE = re.compile(r"done step=(\d+) (\w+)=([\d.]+)")
-_RESUMED = re.compile(r"resumed from checkpoint step=(\d+)")
+from ddp_trainer.progress_log import DONE, PROGRESS, READY, RESUMED
+
+from .agent import DDPJOB_LABELS
+
+_LABEL = dict(DDPJOB_LABELS)  # the operator's pod labels, as the agent names them
 
 
 def parse_time(stamp: str) -> float:
@@ -41,19 +41,21 @@ def parse_trainer_log(text: str) -> TrainerLog:
     """worker-0's log (with timestamps) of the current attempt: the last `ready` line and what follows it."""
     out = TrainerLog()
     for line in text.splitlines():
-        match = _PREFIX.match(line)
-        if not match:
+        stamp_text, _, body = line.partition(" ")
+        if not body.startswith("[job="):
             continue
-        stamp, body = parse_time(match.group(1)), match.group(4)
-        if ready := _READY.search(body):
+        stamp = parse_time(stamp_text)
+        if ready := READY.match(body):
             out.ready_at, out.first_step_at = stamp, None
-            out.process_s, out.rendezvous_s, out.checkpoint_load_s = (float(g) for g in ready.groups())
-        elif resumed := _RESUMED.search(body):
-            out.resumed_step = int(resumed.group(1))
-        elif done := _DONE.search(body):
-            out.metric_name, out.accuracy = done.group(2), float(done.group(3))
-        elif step := _STEP.search(body):
-            out.steps.append(int(step.group(1)))
+            out.process_s = float(ready["process"])
+            out.rendezvous_s = float(ready["rendezvous"])
+            out.checkpoint_load_s = float(ready["load"])
+        elif resumed := RESUMED.match(body):
+            out.resumed_step = int(resumed["step"])
+        elif done := DONE.match(body):
+            out.metric_name, out.accuracy = done["metric"], float(done["value"])
+        elif step := PROGRESS.match(body):
+            out.steps.append(int(step["step"]))
             if out.ready_at is not None and out.first_step_at is None:
                 out.first_step_at = stamp
     return out
@@ -76,7 +78,7 @@ class RecoveryClock:
         if self.detected_at is None and status.get("restarts", 0) > self.restarts_before:
             self.detected_at = now
         attempt = str(status.get("attempt", ""))
-        current = [p for p in pods if p["metadata"]["labels"].get("ddpjob.dev/restart-attempt") == attempt]
+        current = [p for p in pods if p["metadata"]["labels"].get(_LABEL["attempt"]) == attempt]
         if (
             self.detected_at is not None
             and self.pods_running_at is None
@@ -142,7 +144,7 @@ def find_worker_process(
     this replica index. The pod's containerID (`local://<pid>`) names the local node's shim; the workers are
     below it."""
     for pod in pods:
-        if pod["metadata"]["labels"].get("ddpjob.dev/replica-index") != replica:
+        if pod["metadata"]["labels"].get(_LABEL["replica"]) != replica:
             continue
         if pod.get("status", {}).get("phase") != "Running":
             continue
