@@ -140,3 +140,31 @@ def test_template_that_makes_an_invalid_pod_fails_the_job_with_the_servers_messa
     assert 'Unsupported value: "Sometimes"' in failed["message"]
     assert kube.pods("badpod") == []
     assert "InvalidPodTemplate" in {e["reason"] for e in kube.events("badpod")}
+
+
+def test_a_refused_pod_is_retried_and_the_job_says_why(kube, operator):
+    """Quota refuses one of the two pods (403): the job does not fail; it says why in a condition, its REASON and a
+    Warning event, and creates the pod once the quota allows it."""
+    kube.apply({"apiVersion": "v1", "kind": "ResourceQuota", "metadata": {"name": "one-pod"},
+                "spec": {"hard": {"pods": "1"}}})
+    wait_until(lambda: ((kube.get("resourcequota", "one-pod") or {}).get("status") or {}).get("hard"),
+               timeout=60, what="the quota's status")
+    kube.apply(ddpjob("quota", replicas=2, gpus=1))
+
+    def refused(status):
+        return next((c for c in status.get("conditions") or []
+                     if c["type"] == "PodsCreated" and c["status"] == "False"), None)
+
+    status = kube.wait_status("quota", refused, timeout=60, what="PodsCreated=False")
+    condition = refused(status)
+    assert condition["reason"] == "FailedCreate" and "exceeded quota" in condition["message"], condition
+    assert (status["phase"], status["reason"]) == ("Pending", "FailedCreate")
+    assert "FailedCreate" in {e["reason"] for e in kube.events("quota")}
+    assert len(kube.pods("quota")) == 1
+
+    kube("delete", "resourcequota", "one-pod")
+    kube.running_pods("quota", attempt=0, n=2, timeout=60)
+    status = kube.wait_status("quota", lambda s: s.get("phase") == "Running" and not refused(s), timeout=60,
+                              what="Running with every pod created")
+    created = next(c for c in status["conditions"] if c["type"] == "PodsCreated")
+    assert created["status"] == "True" and status["restarts"] == 0

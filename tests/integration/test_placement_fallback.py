@@ -51,8 +51,11 @@ def test_without_the_podgroup_api_jobs_run_pod_by_pod_and_say_so(cluster, withou
     try:
         kube = Kube(cluster, namespace)
         kube.apply(ddpjob("plain", replicas=2, gpus=1))
-        kube.running_pods("plain", attempt=0, n=2, timeout=90)
-        status = kube.wait_phase("plain", "Running")
+        # Right after the control plane restart the node lifecycle controller may still mark kwok nodes NotReady
+        # until their next lease renewal: a pod placed there is then rightly a lost node and the group restarts.
+        # What is checked here is the placement, at whichever attempt the group runs.
+        status = kube.wait_phase("plain", "Running", timeout=150)
+        kube.running_pods("plain", attempt=status["attempt"], n=2, timeout=60)
         assert status["placement"] == "PodByPod"
         assert all("schedulingGroup" not in p["spec"] for p in kube.pods("plain"))
         log = op.log()

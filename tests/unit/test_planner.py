@@ -30,7 +30,7 @@ def test_new_job_gets_service_and_pods_and_defers_its_status():
     assert plan.create_service["metadata"]["name"] == "a"
     assert created(plan) == [("a-worker-0", "0"), ("a-worker-1", "0")]
     assert all(p["metadata"]["finalizers"] == ["ddpjob.dev/pod-tracking"] for p in plan.create_pods)
-    # The status is planned (a rejected pod's verdict builds on it) but written by the pass that sees the pods.
+    # The status is planned, but written by the pass that sees the pods.
     assert plan.defer_status
     s = plan.status
     assert (s["phase"], s["attempt"], s["restarts"], s["replicas"], s["worldSize"]) == ("Pending", 0, 0, 2, 8)

@@ -1,33 +1,97 @@
-"""A pod the API server refuses as invalid fails the job; other refusals are retried. Metric observations are
-recorded under the names the chart uses."""
+"""A pod the API server refuses is an observation; the next pass's planner decides: invalid fails the job, other
+refusals hold the missing pods back and are retried. Metric observations are recorded under the names the chart
+uses."""
 
 from __future__ import annotations
+
+import dataclasses
+from datetime import timedelta
 
 import pytest
 
 from ddpjob_operator import metrics
-from ddpjob_operator.plan import Observation
-from ddpjob_operator.pod_rejection import reject_unschedulable_template
+from ddpjob_operator.plan import Observation, PodRefusal
+from ddpjob_operator.planner import plan_reconcile
+from ddpjob_operator.pod_rejection import RETRY_SECONDS
 
-from job_builders import NOW, ago
-
-
-@pytest.mark.parametrize("code, want_phase", [(422, "Failed"), (400, "Failed"), (403, None), (429, None), (500, None)])
-def test_only_invalid_pods_fail_the_job(code, want_phase):
-    status = {"phase": "Pending", "attempt": 0, "launchedAttempt": 0, "conditions": []}
-    out = reject_unschedulable_template(status, NOW, "a-worker-0", code, "spec.containers[0].name: Invalid")
-    assert (out or {}).get("phase") == want_phase
+from job_builders import NOW, ago, make_job, make_pod, observe
 
 
-def test_rejection_message_and_bookkeeping():
-    status = {"phase": "Pending", "attempt": 2, "launchedAttempt": 2, "conditions": []}
-    out = reject_unschedulable_template(status, NOW, "a-worker-0", 422, "x" * 2000)
-    failed = out["conditions"][-1]
+def refused(code: int, message: str = "spec.containers[0].name: Invalid", attempt: int = 0, generation: int = 1,
+            seconds_ago: float = 0.0) -> PodRefusal:
+    return PodRefusal("a-worker-0", code, message, attempt, generation, NOW - timedelta(seconds=seconds_ago))
+
+
+def pending_job(attempt: int = 0):
+    """Two replicas whose pods are about to be created (the attempt's status is written, no pod exists yet)."""
+    return make_job("a").replicas(2).status(phase="Pending", attempt=attempt, restarts=attempt, replicas=2,
+                                            desiredReplicas=2, conditions=[])
+
+
+def plan_with(job, refusal, pods=None):
+    return plan_reconcile(dataclasses.replace(observe(job.build(), pods), refusal=refusal))
+
+
+def names(plan):
+    return [p["metadata"]["name"] for p in plan.create_pods]
+
+
+def test_without_a_refusal_the_pods_are_created():
+    plan = plan_with(pending_job(), None)
+    assert names(plan) == ["a-worker-0", "a-worker-1"]
+
+
+@pytest.mark.parametrize("code", [400, 422])
+def test_an_invalid_pod_fails_the_job_with_the_servers_words(code):
+    plan = plan_with(pending_job(), refused(code, "x" * 2000))
+    assert plan.create_pods == [] and plan.status["phase"] == "Failed"
+    failed = plan.status["conditions"][-1]
     assert (failed["type"], failed["reason"]) == ("Failed", "InvalidPodTemplate")
     assert failed["message"].startswith("pod a-worker-0 was rejected by the API server: xxx")
     assert len(failed["message"]) == 1024
-    assert out["completionTime"] == ago(0)
-    assert "launchedAttempt" not in out and out["attempt"] == 2
+    assert plan.status["completionTime"] == ago(0)
+    assert [(e.type, e.reason) for e in plan.events] == [("Warning", "InvalidPodTemplate")]
+    assert [o.metric for o in plan.observations] == ["jobs_failed"]
+
+
+@pytest.mark.parametrize("code", [403, 429, 500])
+def test_other_refusals_hold_the_pods_back_then_retry(code):
+    job = pending_job()
+    plan = plan_with(job, refused(code, "exceeded quota: gpus"))
+    assert plan.create_pods == [] and plan.status["phase"] == "Pending"
+    assert plan.requeue_after == RETRY_SECONDS
+    shown = next(c for c in plan.status["conditions"] if c["type"] == "PodsCreated")
+    assert (shown["status"], shown["reason"]) == ("False", "FailedCreate")
+    assert "exceeded quota: gpus" in shown["message"] and plan.status["reason"] == "FailedCreate"
+    assert [(e.type, e.reason) for e in plan.events] == [("Warning", "FailedCreate")]
+
+    # The same refusal seen again (the status now shows it): no second event.
+    job.status(**plan.status)
+    again = plan_with(job, refused(code, "exceeded quota: gpus", seconds_ago=4))
+    assert again.events == [] and again.create_pods == [] and again.requeue_after == RETRY_SECONDS - 4
+
+    # Once the wait is over the pods are created again, and once they all exist the condition turns True.
+    retry = plan_with(job, refused(code, "exceeded quota: gpus", seconds_ago=RETRY_SECONDS))
+    assert names(retry) == ["a-worker-0", "a-worker-1"]
+    pods = [make_pod("a", i).pending().created(1).build() for i in (0, 1)]
+    seen = plan_with(job, refused(code, "exceeded quota: gpus", seconds_ago=RETRY_SECONDS + 1), pods)
+    shown = next(c for c in seen.status["conditions"] if c["type"] == "PodsCreated")
+    assert shown["status"] == "True" and seen.status["reason"] != "FailedCreate"
+
+
+@pytest.mark.parametrize("stale", [{"attempt": 1}, {"generation": 2}])
+def test_a_refusal_of_an_earlier_attempt_or_spec_says_nothing(stale):
+    job = pending_job(attempt=2)
+    job.obj["metadata"]["generation"] = 3
+    fields = {"attempt": 2, "generation": 3, **stale}
+    plan = plan_with(job, refused(422, attempt=fields["attempt"], generation=fields["generation"]))
+    assert names(plan) == ["a-worker-0", "a-worker-1"] and plan.events == []
+
+
+def test_a_suspended_job_is_not_failed_by_a_refusal():
+    job = pending_job().suspend()
+    plan = plan_with(job, refused(422))
+    assert plan.status["phase"] == "Suspended"
 
 
 def test_observations_reach_the_named_series():

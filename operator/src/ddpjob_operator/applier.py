@@ -21,6 +21,7 @@ from . import api, gang, metrics
 from .expectations import Expectations
 from .kube import REQUEST_TIMEOUT, drained, reason_of, status_of
 from .plan import Observed, Plan
+from .status import JobStatus
 from .timefmt import format_time
 from .watch_cache import NETWORK_POLICY, SERVICE
 
@@ -94,7 +95,7 @@ class PlanApplier:
             self._delete_job(ns, job, meta["uid"], result)
         return result
 
-    def write_status(self, job: dict, status: dict, result: ApplyResult) -> bool:
+    def write_status(self, job: dict, status: JobStatus, result: ApplyResult) -> bool:
         meta = job["metadata"]
         new = copy.deepcopy(job)
         new["status"] = status

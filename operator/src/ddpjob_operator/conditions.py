@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import copy
 from datetime import datetime
-from typing import Any
 
+from .status import Condition, ConditionStatus, JobStatus
 from .timefmt import format_time
 
 PENDING = "Pending"
@@ -30,13 +30,13 @@ _PHASE_CONDITIONS: dict[str, tuple[str | None, tuple[str, ...]]] = {
 }
 
 
-def find_condition(conditions: list[dict[str, Any]], ctype: str) -> dict[str, Any] | None:
+def find_condition(conditions: list[Condition], ctype: str) -> Condition | None:
     return next((c for c in conditions if c.get("type") == ctype), None)
 
 
 def set_condition(
-    conditions: list[dict[str, Any]], ctype: str, status: str, reason: str, message: str, now: datetime
-) -> list[dict[str, Any]]:
+    conditions: list[Condition], ctype: str, status: ConditionStatus, reason: str, message: str, now: datetime
+) -> list[Condition]:
     out = copy.deepcopy(conditions)
     current = find_condition(out, ctype)
     if current is None:
@@ -52,13 +52,13 @@ def set_condition(
         return out
     if current.get("status") != status:
         current["lastTransitionTime"] = format_time(now)
-    current.update(status=status, reason=reason, message=message)
+    current.update({"status": status, "reason": reason, "message": message})
     return out
 
 
 def clear_condition(
-    conditions: list[dict[str, Any]], ctype: str, reason: str, message: str, now: datetime
-) -> list[dict[str, Any]]:
+    conditions: list[Condition], ctype: str, reason: str, message: str, now: datetime
+) -> list[Condition]:
     """Turn a condition False, but only if it exists: absent conditions stay absent (less noise)."""
     if find_condition(conditions, ctype) is None:
         return copy.deepcopy(conditions)
@@ -69,7 +69,7 @@ def is_terminal(phase: str | None) -> bool:
     return phase in TERMINAL
 
 
-def enter_phase(status: dict[str, Any], phase: str, reason: str, message: str, now: datetime) -> dict[str, Any]:
+def enter_phase(status: JobStatus, phase: str, reason: str, message: str, now: datetime) -> JobStatus:
     """A copy of status in `phase`. Terminal phases are final: leaving one is refused (status returned as is)."""
     out = copy.deepcopy(status)
     if is_terminal(out.get("phase")) and phase != out.get("phase"):

@@ -14,24 +14,28 @@ the time it was away."""
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
 from . import failures
+from .status import Progress
 from .timefmt import format_time, parse_time
 
 
 def progress_after_scrape(
-    old: dict[str, Any] | None, scraped: dict[str, Any] | None, attempt: int, now: datetime
-) -> dict[str, Any] | None:
+    old: Progress | None, scraped: dict[str, Any] | None, attempt: int, now: datetime
+) -> Progress | None:
     """The status.progress a scrape leads to, or None when nothing worth a write changed (same step, loss and
     rate: the scrape's own time is not news)."""
     if not scraped or "step" not in scraped:
         return None
     old = old or {}
+    # The scrape's keys are progress.py's, the Progress fields (parse_progress).
+    merged = cast(Progress, {**old, **scraped})
     if old.get("attempt") != attempt or old.get("step") != scraped["step"]:
-        return {**old, **scraped, "attempt": attempt, "advanceTime": scraped.get("updateTime") or format_time(now)}
+        merged.update({"attempt": attempt, "advanceTime": scraped.get("updateTime") or format_time(now)})
+        return merged
     if any(old.get(k) != v for k, v in scraped.items() if k != "updateTime"):
-        return {**old, **scraped}
+        return merged
     return None
 
 
@@ -39,7 +43,7 @@ def decide_no_progress(
     deadline: int | None,
     phase: str | None,
     attempt: int,
-    progress: dict[str, Any] | None,
+    progress: Progress | None,
     scraped: dict[str, Any] | None,
     watching_since: datetime | None,
     now: datetime,

@@ -8,6 +8,21 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from .status import JobStatus
+
+
+@dataclass(frozen=True)
+class PodRefusal:
+    """The API server refused to create one of the job's pods (for a reason other than AlreadyExists). The applier
+    reports it; the next pass's planner decides what it means (pod_rejection.py)."""
+
+    pod: str
+    code: int  # HTTP status
+    message: str
+    attempt: int  # of the refused pod
+    generation: int  # of the spec the pod was built from
+    at: datetime
+
 
 @dataclass(frozen=True)
 class Observed:
@@ -26,6 +41,7 @@ class Observed:
     # Pods of this job's shape the cluster can place now, counting the room of its own pods (capacity.py); None
     # for a rigid job, whose size never depends on it.
     capacity: int | None = None
+    refusal: PodRefusal | None = None  # the latest refused pod creation of this job, if any (pod_rejection.py)
 
 
 @dataclass(frozen=True)
@@ -54,9 +70,9 @@ class Plan:
     create_podgroup: dict[str, Any] | None = None  # the current attempt's gang, created before its pods
     delete_podgroups: list[str] = field(default_factory=list)  # gangs of earlier attempts
     create_pods: list[dict[str, Any]] = field(default_factory=list)
-    status: dict[str, Any] | None = None  # None: nothing changed, write nothing
+    status: JobStatus | None = None  # None: nothing changed, write nothing
     # The pass that creates pods writes no status: the pass that sees them (usually Running) writes it once, so
-    # a job reaches Running in pods + 3 writes. The status is kept here for a rejected pod's verdict.
+    # a job reaches Running in pods + 3 writes.
     defer_status: bool = False
     events: list[Event] = field(default_factory=list)
     observations: list[Observation] = field(default_factory=list)

@@ -4,7 +4,7 @@
   2. finish: clean up and expire a terminal job, release its pods' tracking finalizers;
   3. delete pods of earlier attempts and release their tracking finalizers;
   4. deadline, suspend/resume, rescale;
-  5. failure policy, then success policy;
+  5. a refused pod's verdict, failure policy, then success policy;
   6. create the headless Service and the missing pods of the current attempt;
   7. readiness, phase and progress.
 
@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from . import api, failures, gang
+from . import api, failures, gang, pod_rejection
 from . import conditions as c
 from .builders import JobRef, build_network_policy, build_podgroup, build_service, build_worker_pod
 from .capacity import GROW, SHRINK, decide_size, size_to_start
@@ -31,6 +31,7 @@ from .plan import Observed, Plan
 from .progress import metrics_url
 from .restart_policy import RESTART, RestartBudget, backoff_seconds, decide_restart
 from .spec import JobSpec, parse_spec
+from .status import JobStatus, LastFailure, status_of
 from .timefmt import format_time, parse_time
 
 NORMAL, WARNING = "Normal", "Warning"
@@ -94,8 +95,14 @@ def plan_release_orphans(pods: list[dict[str, Any]]) -> Plan:
     return plan
 
 
-def initial_status(job: str, spec: JobSpec, capacity: int | None = None) -> dict[str, Any]:
-    status = {"phase": c.PENDING, "conditions": [], "attempt": 0, "restarts": 0, "selector": api.selector(job)}
+def initial_status(job: str, spec: JobSpec, capacity: int | None = None) -> JobStatus:
+    status: JobStatus = {
+        "phase": c.PENDING,
+        "conditions": [],
+        "attempt": 0,
+        "restarts": 0,
+        "selector": api.selector(job),
+    }
     return _sized(status, spec, _start_size(spec, capacity))
 
 
@@ -105,15 +112,17 @@ def _start_size(spec: JobSpec, capacity: int | None) -> int:
     )
 
 
-def _sized(status: dict[str, Any], spec: JobSpec, size: int) -> dict[str, Any]:
+def _sized(status: JobStatus, spec: JobSpec, size: int) -> JobStatus:
     """status at a new attempt of `size` pods (none running yet), of spec.replicas desired."""
     status.update(
-        replicas=size,
-        desiredReplicas=spec.replicas,
-        sizeText=f"{size}/{spec.replicas}",
-        readyReplicas=0,
-        readyText=f"0/{size}",
-        worldSize=size * spec.procs_per_pod,
+        {
+            "replicas": size,
+            "desiredReplicas": spec.replicas,
+            "sizeText": f"{size}/{spec.replicas}",
+            "readyReplicas": 0,
+            "readyText": f"0/{size}",
+            "worldSize": size * spec.procs_per_pod,
+        }
     )
     return status
 
@@ -128,7 +137,13 @@ DUPLICATE_NAME_RETRY_SECONDS = 0.2
 RECREATE_QUIET_SECONDS = 2.0
 
 
-def _start_no_sooner(status: dict[str, Any], now: datetime, delay: float = 0.0) -> None:
+def _drop_restart_clock(status: JobStatus) -> None:
+    """A group that will not start again (suspended, finished) has no restart to wait for or to time."""
+    status.pop("nextAttemptTime", None)
+    status.pop("restartingSince", None)
+
+
+def _start_no_sooner(status: JobStatus, now: datetime, delay: float = 0.0) -> None:
     """Set when the pods of the new attempt may be created: after the backoff, and never in the same moment."""
     status["nextAttemptTime"] = format_time(now + timedelta(seconds=max(delay, RECREATE_QUIET_SECONDS)))
 
@@ -142,10 +157,10 @@ def plan_reconcile(obs: Observed, settings: PlannerSettings = PlannerSettings())
     if len({p["metadata"]["name"] for p in obs.pods}) < len(obs.pods):
         plan.requeue(DUPLICATE_NAME_RETRY_SECONDS)
         return plan
-    old = job.get("status") or {}
+    old = status_of(job)
     status = copy.deepcopy(old)
     if "attempt" not in status:
-        status = {**initial_status(ref.name, spec, obs.capacity), **status}
+        status = initial_status(ref.name, spec, obs.capacity) | status
         plan.observe("jobs_created")
     status["observedGeneration"] = meta.get("generation", 1)
     status["placement"] = gang.placement_of(spec.template, obs.gang)
@@ -159,8 +174,8 @@ def plan_reconcile(obs: Observed, settings: PlannerSettings = PlannerSettings())
 
 
 def _plan_steps(
-    obs: Observed, settings: PlannerSettings, ref: JobRef, spec: JobSpec, status: dict[str, Any], plan: Plan
-) -> dict[str, Any]:
+    obs: Observed, settings: PlannerSettings, ref: JobRef, spec: JobSpec, status: JobStatus, plan: Plan
+) -> JobStatus:
     attempt = status["attempt"]
     pods = sort_pods(obs.pods, attempt, status["replicas"])
 
@@ -182,6 +197,11 @@ def _plan_steps(
     if status.get("phase") == c.SUSPENDED:
         return status
 
+    refusal = pod_rejection.current_refusal(obs, status)
+    if refusal is not None and pod_rejection.is_invalid(refusal):
+        out = _fail(obs, status, plan, pod_rejection.INVALID_REASON, pod_rejection.verdict_message(refusal))
+        out.pop("launchedAttempt", None)  # its pods were never all created
+        return out
     new_status = _failure_policy(obs, settings, spec, status, pods, plan)
     if new_status is not None:
         return new_status
@@ -207,7 +227,7 @@ def _plan_steps(
 PLACED = "PodsPlaced"  # condition: False with the scheduler's reason while the attempt waits to be placed
 
 
-def _placement(obs: Observed, status: dict[str, Any], pods: SortedPods, plan: Plan) -> None:
+def _placement(obs: Observed, status: JobStatus, pods: SortedPods, plan: Plan) -> None:
     """Say why a pending attempt is not placed, in the scheduler's words, once per change."""
     conditions = status.get("conditions") or []
     verdict = _unschedulable(obs, status, pods) if status.get("phase") == c.PENDING else None
@@ -228,7 +248,7 @@ def _placement(obs: Observed, status: dict[str, Any], pods: SortedPods, plan: Pl
 
 
 # --- 2. terminal ----------------------------------------------------------------------------------------------
-def _finish(obs: Observed, spec: JobSpec, status: dict[str, Any], pods: SortedPods, plan: Plan) -> None:
+def _finish(obs: Observed, spec: JobSpec, status: JobStatus, pods: SortedPods, plan: Plan) -> None:
     policy = spec.run_policy.clean_pod_policy
     for pod in obs.pods:
         if tracked(pod):
@@ -272,7 +292,7 @@ def _delete_stale(obs: Observed, settings: PlannerSettings, pods: SortedPods, pl
 
 
 # --- 4. deadline, suspend, rescale ----------------------------------------------------------------------------
-def _deadline(obs: Observed, spec: JobSpec, status: dict[str, Any], plan: Plan) -> dict[str, Any] | None:
+def _deadline(obs: Observed, spec: JobSpec, status: JobStatus, plan: Plan) -> JobStatus | None:
     limit = spec.run_policy.active_deadline_seconds
     started = parse_time(status.get("startTime"))
     if not limit or started is None or status.get("phase") == c.SUSPENDED:
@@ -285,15 +305,15 @@ def _deadline(obs: Observed, spec: JobSpec, status: dict[str, Any], plan: Plan) 
     return _fail(obs, status, plan, "DeadlineExceeded", message)
 
 
-def _suspend_or_resume(obs: Observed, spec: JobSpec, status: dict[str, Any], plan: Plan) -> dict[str, Any] | None:
+def _suspend_or_resume(obs: Observed, spec: JobSpec, status: JobStatus, plan: Plan) -> JobStatus | None:
     suspended = status.get("phase") == c.SUSPENDED
     if spec.run_policy.suspend and not suspended:
         # A new attempt number makes every existing pod "earlier", so the next pass deletes them all.
         out = c.enter_phase(status, c.SUSPENDED, "Suspended", "job is suspended; its pods are deleted", obs.now)
         out["attempt"] = status["attempt"] + 1
         _sized(out, spec, _start_size(spec, obs.capacity))
-        for key in ("startTime", "nextAttemptTime", "restartingSince"):
-            out.pop(key, None)
+        out.pop("startTime", None)
+        _drop_restart_clock(out)
         plan.event(NORMAL, "Suspended", f"suspended; deleting the pods of attempt {status['attempt']}")
         plan.requeue(0)
         return out
@@ -313,7 +333,7 @@ def _suspend_or_resume(obs: Observed, spec: JobSpec, status: dict[str, Any], pla
     return None
 
 
-def _rescale(obs: Observed, spec: JobSpec, status: dict[str, Any], plan: Plan) -> dict[str, Any] | None:
+def _rescale(obs: Observed, spec: JobSpec, status: JobStatus, plan: Plan) -> JobStatus | None:
     """spec.replicas changed: a new attempt at the new desired size (or what fits of it, for an elastic job)."""
     if status.get("phase") == c.SUSPENDED or status.get("desiredReplicas") == spec.replicas:
         return None
@@ -326,8 +346,8 @@ def _rescale(obs: Observed, spec: JobSpec, status: dict[str, Any], plan: Plan) -
 
 
 def _new_group(
-    obs: Observed, spec: JobSpec, status: dict[str, Any], plan: Plan, size: int, reason: str, message: str
-) -> dict[str, Any]:
+    obs: Observed, spec: JobSpec, status: JobStatus, plan: Plan, size: int, reason: str, message: str
+) -> JobStatus:
     """A new attempt of `size` pods that is not a failure: attempt moves, restarts (the budget) does not. Its pods
     stop on SIGTERM, which makes the trainer write a checkpoint; the new group resumes from it."""
     out = _sized(c.enter_phase(status, c.RESTARTING, reason, message, obs.now), spec, size)
@@ -340,7 +360,7 @@ def _new_group(
     return out
 
 
-def _unschedulable(obs: Observed, status: dict[str, Any], pods: SortedPods) -> gang.Verdict | None:
+def _unschedulable(obs: Observed, status: JobStatus, pods: SortedPods) -> gang.Verdict | None:
     """The scheduler's word that the current attempt cannot be placed: its gang's condition, or (placed pod by
     pod) a pending pod's PodScheduled=False."""
     pod_verdict = None
@@ -363,8 +383,8 @@ def _unschedulable(obs: Observed, status: dict[str, Any], pods: SortedPods) -> g
 
 
 def _resize_to_capacity(
-    obs: Observed, spec: JobSpec, status: dict[str, Any], pods: SortedPods, plan: Plan
-) -> dict[str, Any] | None:
+    obs: Observed, spec: JobSpec, status: JobStatus, pods: SortedPods, plan: Plan
+) -> JobStatus | None:
     """An elastic job whose pods all exist: shrink when its gang cannot be placed, grow when room returned."""
     if spec.elastic is None or obs.capacity is None or status.get("launchedAttempt") != status["attempt"]:
         return None
@@ -384,7 +404,7 @@ def _resize_to_capacity(
 
 # --- 5. failure and success -----------------------------------------------------------------------------------
 def current_failures(
-    obs: Observed, settings: PlannerSettings, spec: JobSpec, status: dict[str, Any], pods: SortedPods, plan: Plan
+    obs: Observed, settings: PlannerSettings, spec: JobSpec, status: JobStatus, pods: SortedPods, plan: Plan
 ) -> list[failures.Failure]:
     found = []
     for pod in pods.current.values():
@@ -433,15 +453,15 @@ def _requeue_for_node_grace(obs: Observed, settings: PlannerSettings, pod: dict[
 
 
 def _failure_policy(
-    obs: Observed, settings: PlannerSettings, spec: JobSpec, status: dict[str, Any], pods: SortedPods, plan: Plan
-) -> dict[str, Any] | None:
+    obs: Observed, settings: PlannerSettings, spec: JobSpec, status: JobStatus, pods: SortedPods, plan: Plan
+) -> JobStatus | None:
     found = current_failures(obs, settings, spec, status, pods, plan)
     if not found:
         return None
     cause = failures.root_cause(found)
     budget = RestartBudget(limit=spec.run_policy.backoff_limit, used=status.get("restarts", 0))
     decision = decide_restart(spec.restart_policy, cause, budget)
-    last_failure: dict[str, Any] = {
+    last_failure: LastFailure = {
         "pod": cause.pod,
         "kind": cause.kind,
         "reason": cause.reason,
@@ -461,7 +481,7 @@ def _failure_policy(
         message += f"; the new group has {size} pods (room for {obs.capacity}), of {spec.replicas} desired"
     out = _sized(c.enter_phase(status, c.RESTARTING, decision.reason, message, obs.now), spec, size)
     delay = backoff_seconds(spec.run_policy.restart_backoff_seconds, restarts)
-    out.update(attempt=status["attempt"] + 1, restarts=restarts, lastFailure=last_failure)
+    out.update({"attempt": status["attempt"] + 1, "restarts": restarts, "lastFailure": last_failure})
     out.setdefault("restartingSince", format_time(obs.now))
     _start_no_sooner(out, obs.now, delay)
     plan.event(WARNING, "Restarting", message)
@@ -470,27 +490,25 @@ def _failure_policy(
     return out
 
 
-def _fail(obs: Observed, status: dict[str, Any], plan: Plan, reason: str, message: str) -> dict[str, Any]:
+def _fail(obs: Observed, status: JobStatus, plan: Plan, reason: str, message: str) -> JobStatus:
     out = c.enter_phase(status, c.FAILED, reason, message, obs.now)
     out["completionTime"] = format_time(obs.now)
-    for key in ("nextAttemptTime", "restartingSince"):
-        out.pop(key, None)
+    _drop_restart_clock(out)
     plan.event(WARNING, reason, message)
     plan.observe("jobs_failed")
     plan.requeue(0)
     return out
 
 
-def _success_policy(obs: Observed, status: dict[str, Any], pods: SortedPods, plan: Plan) -> dict[str, Any] | None:
+def _success_policy(obs: Observed, status: JobStatus, pods: SortedPods, plan: Plan) -> JobStatus | None:
     replicas = status["replicas"]
     done = [p for p in pods.current.values() if (p.get("status") or {}).get("phase") == "Succeeded"]
     if len(done) < replicas:
         return None
     message = f"all {replicas} pods of attempt {status['attempt']} succeeded"
     out = c.enter_phase(status, c.SUCCEEDED, "Succeeded", message, obs.now)
-    out.update(completionTime=format_time(obs.now), readyReplicas=0, readyText=f"0/{replicas}")
-    for key in ("nextAttemptTime", "restartingSince"):
-        out.pop(key, None)
+    out.update({"completionTime": format_time(obs.now), "readyReplicas": 0, "readyText": f"0/{replicas}"})
+    _drop_restart_clock(out)
     plan.event(NORMAL, "Succeeded", message)
     plan.observe("jobs_succeeded")
     plan.requeue(0)
@@ -498,18 +516,23 @@ def _success_policy(obs: Observed, status: dict[str, Any], pods: SortedPods, pla
 
 
 # --- 6. create ------------------------------------------------------------------------------------------------
-def _create_missing(
-    obs: Observed, ref: JobRef, spec: JobSpec, status: dict[str, Any], pods: SortedPods, plan: Plan
-) -> bool:
+def _create_missing(obs: Observed, ref: JobRef, spec: JobSpec, status: JobStatus, pods: SortedPods, plan: Plan) -> bool:
     """Plan the missing pods of the current attempt; True when this pass creates (or waits to create) some."""
     attempt, replicas = status["attempt"], status["replicas"]
     missing = [i for i in range(replicas) if i not in pods.current]
     if not missing:
+        pod_rejection.mark_created(obs, status)
         return False
     not_before = parse_time(status.get("nextAttemptTime"))
     if not_before is not None and obs.now < not_before:
         plan.requeue((not_before - obs.now).total_seconds())
         return True
+    refusal = pod_rejection.current_refusal(obs, status)
+    if refusal is not None:
+        wait = pod_rejection.plan_retry(obs, status, refusal, plan)
+        if wait > 0:
+            plan.requeue(wait)
+            return True
     if pods.stale:
         # The old group must be gone first: pod names are reused across attempts, an old rank must never reach
         # the new rendezvous, and the job never has more pods than replicas (their deletion wakes us up).
@@ -538,7 +561,7 @@ def _create_missing(
     return True
 
 
-def _launched(obs: Observed, settings: PlannerSettings, status: dict[str, Any], pods: SortedPods, plan: Plan) -> bool:
+def _launched(obs: Observed, settings: PlannerSettings, status: JobStatus, pods: SortedPods, plan: Plan) -> bool:
     """Record that every pod of the attempt exists (from now on a missing one is a failure). True when that
     happens in this pass."""
     attempt = status["attempt"]
@@ -571,22 +594,24 @@ def _readiness(
     obs: Observed,
     settings: PlannerSettings,
     spec: JobSpec,
-    status: dict[str, Any],
+    status: JobStatus,
     pods: SortedPods,
     plan: Plan,
     launched_now: bool,
 ) -> None:
     replicas = status["replicas"]
     running = sum(1 for p in pods.current.values() if _running(p))
-    status.update(readyReplicas=running, readyText=f"{running}/{replicas}", worldSize=replicas * spec.procs_per_pod)
+    status.update(
+        {"readyReplicas": running, "readyText": f"{running}/{replicas}", "worldSize": replicas * spec.procs_per_pod}
+    )
     phase = status.get("phase")
     if running == replicas and phase != c.RUNNING:
         first_time = c.find_condition(status.get("conditions") or [], c.RUNNING) is None
         message = f"all {replicas} pods of attempt {status['attempt']} are running"
         if launched_now:
             message = f"created {replicas} pods for attempt {status['attempt']}; all are running"
-        restarting = c.find_condition(status.get("conditions") or [], c.RESTARTING) or {}
-        direction = {GROW: "grow", SHRINK: "shrink"}.get(restarting.get("reason", ""))
+        restarting = c.find_condition(status.get("conditions") or [], c.RESTARTING)
+        direction = {GROW: "grow", SHRINK: "shrink"}.get(restarting["reason"] if restarting else "")
         status.update(c.enter_phase(status, c.RUNNING, "AllPodsRunning", message, obs.now))
         plan.event(NORMAL, "Running", message)
         created = parse_time(obs.job["metadata"].get("creationTimestamp"))

@@ -13,9 +13,8 @@ from kubernetes import client
 from . import api, metrics
 from .applier import ApplyResult, PlanApplier
 from .expectations import Expectations, view_of
-from .plan import Event, Observed, Plan
+from .plan import Observed, Plan, PodRefusal
 from .planner import PlannerSettings, plan_reconcile, plan_release_orphans
-from .pod_rejection import reject_unschedulable_template
 from .progress import ProgressScraper
 from .timefmt import utcnow
 from .watch_cache import WatchCache
@@ -25,7 +24,6 @@ log = logging.getLogger("ddpjob.reconciler")
 Key = tuple[str, str]  # (namespace, name)
 
 CONFLICT_RETRY_SECONDS = 0.2
-REJECTED_RETRY_SECONDS = 10.0
 
 
 class Reconciler:
@@ -46,9 +44,13 @@ class Reconciler:
         # Elastic jobs below their desired size or waiting to be placed: a pod or node that gives room back wakes
         # them (handlers.py), so they grow without waiting for the resync.
         self.waiting_for_room: set[Key] = set()
+        # The latest pod creation the API server refused, per job: an observation for the next pass's planner,
+        # which decides what it means (pod_rejection.py). Lost on restart, and then simply observed again.
+        self.refusals: dict[Key, PodRefusal] = {}
 
     def forget(self, key: Key) -> None:
         self.waiting_for_room.discard(key)
+        self.refusals.pop(key, None)
         self.phases.set(key, None)
         self.progress.forget(key)
         self.expectations.forget(key)
@@ -72,7 +74,7 @@ class Reconciler:
         if obs is None:
             return await self._release_orphans(key)
         progress, since = self.progress.observe(key, obs)
-        obs = dataclasses.replace(obs, progress=progress, progress_since=since)
+        obs = dataclasses.replace(obs, progress=progress, progress_since=since, refusal=self.refusals.get(key))
         plan = plan_reconcile(obs, self.settings)
         result = await asyncio.to_thread(self.applier.apply, obs, plan)
         return self._after(key, obs, plan, result)
@@ -96,7 +98,9 @@ class Reconciler:
                 log.info("deleted job after ttlSecondsAfterFinished", extra=fields)
             return None
         if result.rejected:
-            return self._rejected(key, obs, plan, result, fields)
+            return self._refused(key, obs, plan, result, fields)
+        if result.created_pods:
+            self.refusals.pop(key, None)
         if result.conflict:
             log.debug("status conflict; re-reading", extra=fields)
             return CONFLICT_RETRY_SECONDS
@@ -116,18 +120,11 @@ class Reconciler:
             self.waiting_for_room.discard(key)
         return plan.requeue_after
 
-    def _rejected(self, key: Key, obs: Observed, plan: Plan, result: ApplyResult, fields: dict) -> float | None:
+    def _refused(self, key: Key, obs: Observed, plan: Plan, result: ApplyResult, fields: dict) -> float:
+        """Keep the refusal for the next pass, which plans what follows from it, and run that pass now."""
         pod, code, message = result.rejected[0]
         log.warning("API server refused pod (%s): %s", code, message, extra={**fields, "pod": pod})
-        planned = plan.status if plan.status is not None else (obs.job.get("status") or {})
-        status = reject_unschedulable_template(planned, obs.now, pod, code, message)
-        if status is None:
-            return REJECTED_RETRY_SECONDS  # quota, admission webhooks: may pass later
-        outcome = ApplyResult()
-        if self.applier.write_status(obs.job, status, outcome):
-            metrics.JOBS_FAILED.inc()
-            event = Event("Warning", "InvalidPodTemplate", status["conditions"][-1]["message"])
-            self.applier.post_events(obs.job, Plan(events=[event]), obs.now)
-            self.phases.set(key, status.get("phase"))
-            return None
-        return CONFLICT_RETRY_SECONDS
+        attempt = int(fields.get("attempt") or 0)  # the planned status's: the attempt whose pods were created
+        generation = obs.job["metadata"].get("generation", 1)
+        self.refusals[key] = PodRefusal(pod, code, message, attempt, generation, obs.now)
+        return 0.0

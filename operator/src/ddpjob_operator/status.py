@@ -1,0 +1,66 @@
+"""The DDPJob status as a type, as spec.py types the spec. The status is JSON the operator reads back from the
+watch cache and writes whole with the status subresource, so its type is a TypedDict: the planner still builds
+plain dicts, and mypy checks every key and value it touches. tests/unit/test_status_type.py holds these fields
+equal to the CRD's status schema, field by field and type by type."""
+
+from __future__ import annotations
+
+from typing import Any, Literal, TypedDict, cast
+
+ConditionStatus = Literal["True", "False", "Unknown"]
+
+
+class Condition(TypedDict):
+    type: str
+    status: ConditionStatus
+    reason: str
+    message: str
+    lastTransitionTime: str  # RFC 3339
+
+
+class LastFailure(TypedDict, total=False):
+    pod: str
+    kind: str  # failures.py: ExitCode, Signal, Evicted, Deleted, NodeLost, NoProgress, Unknown
+    exitCode: int
+    reason: str
+    message: str
+    time: str
+
+
+class Progress(TypedDict, total=False):
+    step: int
+    loss: float
+    samplesPerSecond: float
+    updateTime: str
+    advanceTime: str
+    attempt: int
+
+
+class JobStatus(TypedDict, total=False):
+    phase: str  # conditions.py: Pending, Running, Restarting, Succeeded, Failed, Suspended
+    reason: str
+    conditions: list[Condition]
+    replicas: int
+    desiredReplicas: int
+    sizeText: str
+    placement: str  # gang.py: Gang, PodByPod, OwnScheduler
+    readyReplicas: int
+    readyText: str
+    selector: str
+    worldSize: int
+    restarts: int
+    attempt: int
+    launchedAttempt: int
+    nextAttemptTime: str
+    restartingSince: str
+    startTime: str
+    completionTime: str
+    observedGeneration: int
+    lastFailure: LastFailure
+    progress: Progress
+
+
+def status_of(job: dict[str, Any]) -> JobStatus:
+    """The job's status as last written, typed (the API server validated it against the same schema). It is the
+    cached object itself, not a copy: copy it before changing it."""
+    return cast(JobStatus, job.get("status") or {})
