@@ -63,5 +63,5 @@ fi
 
 say "plots and summary"
 "$py" "$root/bench/plots.py" --results "$results"
-"$py" "$root/bench/summary.py" --results "$results" | tee "$results/summary.md"
+"$py" "$root/bench/summary.py" --results "$results" --docs "$root/docs/benchmarks.md" | tee "$results/summary.md"
 say "done in $((SECONDS - t0))s; results in bench/results"

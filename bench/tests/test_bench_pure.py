@@ -5,7 +5,11 @@ verdicts, the trainer join, the demo breakdown parser and the summary table. No 
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
+
+import summary
 
 # bench/'s modules come from pytest.ini's pythonpath, as the scripts find each other when run from bench/.
 from latency_stats import percentile, summarize
@@ -14,6 +18,8 @@ from operator_scale import ratios, verdicts
 from request_counts import RequestCounts, parse_counts
 from summary import gang_rows, scale_rows, trainer_rows
 from trainer_summary import join_scaling
+
+ROOT = Path(__file__).resolve().parents[2]
 
 METRICS = """# HELP apiserver_flowcontrol_dispatched_requests_total [BETA] Number of requests executed
 # TYPE apiserver_flowcontrol_dispatched_requests_total counter
@@ -175,3 +181,18 @@ def test_gang_rows_name_the_baseline_and_a_run_that_never_finished():
     rows = gang_rows({"gang_on": on, "gang_off": off, "setup": setup, "time_ratio_on_vs_off": None})
     assert "| 0.0 | 11520.0 (gang off) |" in rows[0] and rows[0].endswith("| met |")
     assert "71.0 s" in rows[1] and "not all: 0/12 ran in 180.0 s" in rows[1]
+
+
+def test_the_benchmarks_page_shows_the_table_the_results_give():
+    """docs/benchmarks.md's table is generated from bench/results (make bench rewrites it): a pasted or stale
+    table fails here."""
+    page = (ROOT / "docs" / "benchmarks.md").read_text()
+    assert summary.BEGIN in page and summary.END in page
+    assert summary.table_in(page) == summary.render(ROOT / "bench" / "results")
+
+
+def test_the_summary_block_is_replaced_in_place():
+    page = f"intro\n{summary.BEGIN}\nold table\n{summary.END}\noutro\n"
+    assert summary.with_table(page, "| new |\n") == f"intro\n{summary.BEGIN}\n| new |\n{summary.END}\noutro\n"
+    with pytest.raises(ValueError, match="SUMMARY:BEGIN"):
+        summary.with_table("no markers", "| new |\n")
