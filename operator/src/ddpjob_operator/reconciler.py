@@ -98,7 +98,7 @@ class Reconciler:
                 log.info("deleted job after ttlSecondsAfterFinished", extra=fields)
             return None
         if result.rejected:
-            return self._refused(key, obs, plan, result, fields)
+            return self._refused(key, obs, result, int(status.get("attempt", 0)), fields)
         if result.created_pods:
             self.refusals.pop(key, None)
         if result.conflict:
@@ -120,11 +120,11 @@ class Reconciler:
             self.waiting_for_room.discard(key)
         return plan.requeue_after
 
-    def _refused(self, key: Key, obs: Observed, plan: Plan, result: ApplyResult, fields: dict) -> float:
-        """Keep the refusal for the next pass, which plans what follows from it, and run that pass now."""
+    def _refused(self, key: Key, obs: Observed, result: ApplyResult, attempt: int, fields: dict) -> float:
+        """Keep the refusal for the next pass, which plans what follows from it, and run that pass now. `attempt`
+        is the planned status's: the attempt whose pods this pass created."""
         pod, code, message = result.rejected[0]
         log.warning("API server refused pod (%s): %s", code, message, extra={**fields, "pod": pod})
-        attempt = int(fields.get("attempt") or 0)  # the planned status's: the attempt whose pods were created
         generation = obs.job["metadata"].get("generation", 1)
         self.refusals[key] = PodRefusal(pod, code, message, attempt, generation, obs.now)
         return 0.0

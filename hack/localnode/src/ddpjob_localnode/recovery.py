@@ -116,17 +116,12 @@ class Victim:
     describe: str
 
 
-def _children(pid: int) -> list[int]:
-    found = []
+def _parents() -> dict[int, int]:
+    """pid -> parent pid of every process, from one walk of /proc."""
+    found = {}
     for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
-            continue
-        try:
-            ppid = int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1])
-        except (OSError, IndexError, ValueError):
-            continue
-        if ppid == pid:
-            found.append(int(proc.name))
+        if proc.name.isdigit():
+            found[int(proc.name)] = _parent(int(proc.name))
     return found
 
 
@@ -152,13 +147,13 @@ def find_worker_process(
             shim = status.get("containerID", "").removeprefix("local://")
             if not shim.isdigit():
                 continue
+            parents = _parents()
             todo = [int(shim)]
             while todo:
                 pid = todo.pop()
-                kids = _children(pid)
-                todo += kids
+                todo += [kid for kid, parent in parents.items() if parent == pid]
                 line = _cmdline(pid)
-                if marker in line and "torchrun" not in line and "torchrun" in _cmdline(_parent(pid)):
+                if marker in line and "torchrun" not in line and "torchrun" in _cmdline(parents.get(pid, 0)):
                     return Victim(pid, line[:80])
     return None
 
