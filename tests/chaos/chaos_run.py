@@ -11,15 +11,18 @@ from recorder import InvariantRecorder
 from workload import JobScript
 
 # A reconcile pass that raised: the work queue logs it and retries, but under chaos that should only ever be a
-# lost connection, never a bug (KeyError, TypeError, ...).
-FAILED_PASS = re.compile(r'msg="reconcile of .*? failed \((?P<error>\w+): ')
+# lost connection, or the API server saying it is unavailable (503: "apiserver is shutting down" while the outage
+# test stops it), never a bug (KeyError, TypeError, a 500, ...).
+FAILED_PASS = re.compile(r'msg="reconcile of .*? failed \((?P<error>\w+): (?:\((?P<code>\d{3})\))?')
 CONNECTION_ERRORS = {"MaxRetryError", "ProtocolError", "NewConnectionError", "ConnectionRefusedError",
                      "ReadTimeoutError", "ConnectTimeoutError", "RemoteDisconnected", "ConnectionResetError"}
+UNAVAILABLE = "503"
 
 
 def unexpected_errors(log: str) -> list[str]:
     """Reconcile failures that are not a lost connection, and tracebacks outside the work queue's handling."""
-    bad = [m["error"] for m in FAILED_PASS.finditer(log) if m["error"] not in CONNECTION_ERRORS]
+    bad = [m["error"] for m in FAILED_PASS.finditer(log)
+           if m["error"] not in CONNECTION_ERRORS and m["code"] != UNAVAILABLE]
     bad += [line[:300] for line in log.splitlines() if "Traceback" in line and "reconcile of" not in line
             and "level=debug" not in line]
     return bad
