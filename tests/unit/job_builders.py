@@ -76,6 +76,15 @@ class JobBuilder:
         self._run()["suspend"] = value
         return self
 
+    def shm_size(self, size: str) -> JobBuilder:
+        self.obj["spec"]["shmSize"] = size
+        return self
+
+    def pod_spec(self, **fields) -> JobBuilder:
+        """Fields of the template's pod spec itself (volumes, terminationGracePeriodSeconds, ...)."""
+        self.obj["spec"]["template"]["spec"].update(fields)
+        return self
+
     def container(self, **fields) -> JobBuilder:
         self.obj["spec"]["template"]["spec"]["containers"][0].update(fields)
         return self

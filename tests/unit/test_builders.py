@@ -156,3 +156,83 @@ def test_the_tests_teardown_frees_the_finalizer_the_builders_put_on_pods():
     pod = build_worker_pod(JobRef("a", "ns", "uid"), parse_spec({"replicas": 1, "template": {"spec": {
         "containers": [{"name": "trainer", "image": "x"}]}}}), index=0, attempt=0, restarts=0)
     assert pod["metadata"]["finalizers"] == [TRACKING_FINALIZER]
+
+
+SHM = {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "4Gi"}}
+SHM_MOUNT = {"name": "dshm", "mountPath": "/dev/shm"}
+CHECKPOINTS = {"name": "checkpoints", "persistentVolumeClaim": {"claimName": "ckpt"}}
+OWN_SHM = {"name": "shm", "emptyDir": {"medium": "Memory"}}
+
+
+@pytest.mark.parametrize("name, job, want_volumes, want_mounts", [
+    ("default: 4Gi in memory", make_job("j"), [SHM], [SHM_MOUNT]),
+    ("sized from spec.shmSize", make_job("j").shm_size("16Gi"),
+     [{**SHM, "emptyDir": {"medium": "Memory", "sizeLimit": "16Gi"}}], [SHM_MOUNT]),
+    ("shmSize 0 adds none", make_job("j").shm_size("0"), [], []),
+    ("shmSize 0Gi adds none", make_job("j").shm_size("0Gi"), [], []),
+    ("next to the template's volumes",
+     make_job("j").pod_spec(volumes=[CHECKPOINTS]).container(
+         volumeMounts=[{"name": "checkpoints", "mountPath": "/ckpt"}]),
+     [CHECKPOINTS, SHM], [{"name": "checkpoints", "mountPath": "/ckpt"}, SHM_MOUNT]),
+    ("template mounts its own /dev/shm: not added twice",
+     make_job("j").pod_spec(volumes=[OWN_SHM]).container(volumeMounts=[{"name": "shm", "mountPath": "/dev/shm/"}]),
+     [OWN_SHM], [{"name": "shm", "mountPath": "/dev/shm/"}]),
+    ("template has a volume named dshm: not added twice",
+     make_job("j").pod_spec(volumes=[{"name": "dshm", "emptyDir": {}}]),
+     [{"name": "dshm", "emptyDir": {}}], []),
+])
+def test_shared_memory_volume(name, job, want_volumes, want_mounts):
+    pod = pod_for(job.build())
+    assert pod["spec"].get("volumes", []) == want_volumes, name
+    assert pod["spec"]["containers"][0].get("volumeMounts", []) == want_mounts, name
+
+
+def test_shared_memory_goes_to_the_trainer_container_only():
+    job = make_job("j").build()
+    job["spec"]["template"]["spec"]["containers"] = [{"name": "sidecar", "image": "s"},
+                                                     {"name": "trainer", "image": "t"}]
+    pod = pod_for(job)
+    assert "volumeMounts" not in pod["spec"]["containers"][0]
+    assert pod["spec"]["containers"][1]["volumeMounts"] == [SHM_MOUNT]
+
+
+@pytest.mark.parametrize("name, job, want_grace, want_shutdown, want_collective", [
+    ("default grace: long enough for a checkpoint", make_job("j"), 120, "110", "300"),
+    ("the template's grace wins", make_job("j").pod_spec(terminationGracePeriodSeconds=45), 45, "35", "300"),
+    ("a grace longer than the collective timeout raises it",
+     make_job("j").pod_spec(terminationGracePeriodSeconds=900), 900, "890", "900"),
+    ("zero grace: torchrun still waits a second", make_job("j").pod_spec(terminationGracePeriodSeconds=0), 0, "1",
+     "300"),
+])
+def test_grace_period_and_the_shutdown_chain(name, job, want_grace, want_shutdown, want_collective):
+    """kubelet grace -> torchrun's TORCH_ELASTIC_SHUTDOWN_TIMEOUT (inside it) -> the trainer's save, which the
+    waiting ranks sit out within DDPJOB_COLLECTIVE_TIMEOUT_SECONDS."""
+    pod = pod_for(job.build())
+    env = env_of(pod)
+    assert pod["spec"]["terminationGracePeriodSeconds"] == want_grace, name
+    assert env["TORCH_ELASTIC_SHUTDOWN_TIMEOUT"] == want_shutdown, name
+    assert env["DDPJOB_COLLECTIVE_TIMEOUT_SECONDS"] == want_collective, name
+    assert int(env["TORCH_ELASTIC_SHUTDOWN_TIMEOUT"]) < max(want_grace, 2), "torchrun must end before the kubelet"
+
+
+DEFAULT_ENV = {"TORCH_NCCL_ASYNC_ERROR_HANDLING": "3", "TORCH_ELASTIC_SHUTDOWN_TIMEOUT": "110",
+               "TORCH_NCCL_DUMP_ON_TIMEOUT": "1", "TORCH_NCCL_ENABLE_MONITORING": "1"}
+
+
+@pytest.mark.parametrize("name, user_env, want", [
+    ("defaults when the template sets nothing", [], DEFAULT_ENV),
+    ("async error handling overridden", [{"name": "TORCH_NCCL_ASYNC_ERROR_HANDLING", "value": "1"}],
+     {**DEFAULT_ENV, "TORCH_NCCL_ASYNC_ERROR_HANDLING": "1"}),
+    ("torchrun's shutdown window overridden", [{"name": "TORCH_ELASTIC_SHUTDOWN_TIMEOUT", "value": "60"}],
+     {**DEFAULT_ENV, "TORCH_ELASTIC_SHUTDOWN_TIMEOUT": "60"}),
+    ("the socket interface is the user's", [{"name": "NCCL_SOCKET_IFNAME", "value": "eth1"}],
+     {**DEFAULT_ENV, "NCCL_SOCKET_IFNAME": "eth1"}),
+])
+def test_nccl_defaults_and_template_overrides(name, user_env, want):
+    env_list = pod_for(make_job("j").container(env=user_env).build())["spec"]["containers"][0]["env"]
+    names = [e["name"] for e in env_list]
+    assert len(names) == len(set(names)), f"{name}: a variable twice"
+    env = {e["name"]: e.get("value") for e in env_list}
+    assert {k: env.get(k) for k in want} == want, name
+    if "NCCL_SOCKET_IFNAME" not in want:
+        assert "NCCL_SOCKET_IFNAME" not in env, "NCCL picks the interface unless the user does"

@@ -56,3 +56,40 @@ def test_cel_rules_cover_the_issue():
                    "is set by the operator", "spec.template may only change while the job is suspended",
                    "spec.nprocPerNode must be an integer"):
         assert needle in text, needle
+
+
+def spec_rule(needle: str) -> dict:
+    _, version = load()
+    rules = version["schema"]["openAPIV3Schema"]["properties"]["spec"]["x-kubernetes-validations"]
+    return next(r for r in rules if needle in r.get("messageExpression", r.get("message", "")))
+
+
+def test_the_port_clash_rule_uses_the_trainers_metrics_ports():
+    """CEL cannot import the constants, so the numbers it spells are held equal to the code's here."""
+    from ddp_trainer.metrics import DEFAULT_PORT
+    from ddpjob_operator.builders import TRAINER_METRICS_PORTS
+
+    rule = spec_rule("clashes with the metrics ports")
+    most = TRAINER_METRICS_PORTS[1] - TRAINER_METRICS_PORTS[0] + 1  # the processes a pod may run (nprocPerNode <= 64)
+    assert TRAINER_METRICS_PORTS[0] == DEFAULT_PORT
+    assert f"self.rendezvous.port < {DEFAULT_PORT}" in rule["rule"]
+    assert f"self.rendezvous.port >= {DEFAULT_PORT} + (" in rule["rule"]
+    assert f": {most}))" in rule["rule"], "nprocPerNode auto without gpusPerReplica: up to 64 processes"
+    assert "pick a port outside" in rule["messageExpression"]
+
+
+def test_the_nproc_rule_names_both_fields_and_the_fix():
+    rule = spec_rule("exceeds spec.gpusPerReplica")
+    assert "self.nprocPerNode <= self.gpusPerReplica" in rule["rule"]
+    assert "lower nprocPerNode, raise gpusPerReplica, or set nprocPerNode: auto" in rule["messageExpression"]
+
+
+def test_shm_and_grace_defaults_match_the_operators():
+    from ddpjob_operator.spec import DEFAULT_GRACE_SECONDS, DEFAULT_SHM_SIZE
+
+    _, version = load()
+    spec = version["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]
+    assert spec["shmSize"]["default"] == DEFAULT_SHM_SIZE
+    assert "spec.shmSize must be a non-negative Kubernetes quantity" in spec["shmSize"]["x-kubernetes-validations"][0][
+        "message"]
+    assert f"terminationGracePeriodSeconds to {DEFAULT_GRACE_SECONDS} unless" in spec["template"]["description"]

@@ -20,6 +20,10 @@ GPU_RESOURCE = "nvidia.com/gpu"
 RENDEZVOUS_PORT_NAME = "rendezvous"
 METRICS_PORT_NAME = "metrics"
 TERMINATION_LOG = "/dev/termination-log"
+# A memory-backed emptyDir over the container's 64 MiB /dev/shm: NCCL's shared-memory transport between the ranks
+# of one pod, and DataLoader workers handing batches to their rank, both live there.
+SHM_VOLUME = "dshm"
+SHM_MOUNT_PATH = "/dev/shm"
 # On every worker pod: a pod of the current attempt cannot vanish before the operator has seen it go (and counted
 # the failure), even if the operator is down at that moment. Released once the status has moved past the pod.
 TRACKING_FINALIZER = "ddpjob.dev/pod-tracking"

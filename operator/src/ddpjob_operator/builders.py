@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from . import api, gang
-from .rendezvous import merge_env, rendezvous_env
+from .rendezvous import merge_env, overridable_defaults, rendezvous_env
 from .spec import JobSpec, trainer_container
 
 
@@ -132,11 +132,14 @@ def build_worker_pod(
     pod_spec["subdomain"] = job.name
     # Trainers need no API access; a user who wants it says so in the template.
     pod_spec.setdefault("automountServiceAccountToken", False)
+    # SIGTERM -> torchrun -> every rank stops at its next step -> rank 0 saves: this is the time that chain gets.
+    pod_spec["terminationGracePeriodSeconds"] = spec.grace_seconds
     if podgroup is not None:
         pod_spec["schedulingGroup"] = {"podGroupName": podgroup}
     container = trainer_container(pod_spec.get("containers", []))
     if container is not None:
         _shape_trainer(container, job, spec, index=index, attempt=attempt, restarts=restarts, size=size)
+        _add_shared_memory(pod_spec, container, spec.shm_size)
     return {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -169,7 +172,7 @@ def _shape_trainer(
         restarts=restarts,
         size=size,
     )
-    container["env"] = merge_env(container.get("env") or [], owned)
+    container["env"] = merge_env(container.get("env") or [], owned, overridable_defaults(spec))
     container["terminationMessagePolicy"] = "FallbackToLogsOnError"
     resources = container.setdefault("resources", {})
     limits = resources.setdefault("limits", {})
@@ -191,3 +194,26 @@ def _shape_trainer(
         p.get("name") == api.RENDEZVOUS_PORT_NAME or p.get("containerPort") == spec.rendezvous.port for p in ports
     ):
         ports.append({"name": api.RENDEZVOUS_PORT_NAME, "containerPort": spec.rendezvous.port, "protocol": "TCP"})
+
+
+def _add_shared_memory(pod_spec: dict, container: dict, size: str) -> None:
+    """A memory-backed /dev/shm of `size` for the trainer, unless the template brings its own (a mount at
+    /dev/shm, or a volume of the same name) or the size is 0."""
+    if _is_zero(size):
+        return
+    volumes = pod_spec.setdefault("volumes", [])
+    mounts = container.get("volumeMounts") or []
+    if any(v.get("name") == api.SHM_VOLUME for v in volumes) or any(
+        (m.get("mountPath") or "").rstrip("/") == api.SHM_MOUNT_PATH for m in mounts
+    ):
+        return
+    volumes.append({"name": api.SHM_VOLUME, "emptyDir": {"medium": "Memory", "sizeLimit": size}})
+    container["volumeMounts"] = [*mounts, {"name": api.SHM_VOLUME, "mountPath": api.SHM_MOUNT_PATH}]
+
+
+def _is_zero(quantity: str) -> bool:
+    number = quantity.strip().rstrip("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
+    try:
+        return float(number) == 0
+    except ValueError:
+        return False

@@ -7,11 +7,21 @@ from typing import Any
 from . import api
 from .spec import JobSpec
 
-# A finite collective timeout turns a hung rank into a failed pod, which the operator can restart.
+# A finite collective timeout turns a hung rank into a failed pod, which the operator can restart. It must outlast
+# a checkpoint: while rank 0 writes one, the other ranks wait in the next collective. A checkpoint that fits the
+# pod's grace period (the time the job is given to save on SIGTERM) always fits this, see collective_timeout().
 COLLECTIVE_TIMEOUT_SECONDS = 300
+# torchrun passes the kubelet's SIGTERM on to its workers and SIGKILLs them after TORCH_ELASTIC_SHUTDOWN_TIMEOUT
+# (30 s unless set). It is set to the grace period less this margin, so the ranks get nearly all of the grace to
+# save, and torchrun still ends them and exits with its own report before the kubelet's SIGKILL.
+SHUTDOWN_MARGIN_SECONDS = 10
 
-# Safe NCCL defaults a user may override in the template (the user's explicit value wins).
+# Defaults a user may override in the template's env (the user's explicit value wins). NCCL_SOCKET_IFNAME is left
+# out on purpose: NCCL picks the interface itself, and a wrong guess here would break every multi-node job.
 OVERRIDABLE_DEFAULTS = {
+    # 3 (torch's own default since 2.2): on a failed or timed-out collective the process tears itself down without
+    # aborting the communicator (an abort can hang on a broken NIC); the pod fails and the group restarts. Set it
+    # here so the behaviour does not depend on the image's torch.
     "TORCH_NCCL_ASYNC_ERROR_HANDLING": "3",
     # Flight recorder: torch >= 2.7 reads TORCH_FR_*, older images (2.5) the TORCH_NCCL_* names. Torch looks up
     # the new name first, so setting both warns nowhere and works on either side of the rename.
@@ -21,6 +31,21 @@ OVERRIDABLE_DEFAULTS = {
     "TORCH_NCCL_DUMP_ON_TIMEOUT": "1",
     "TORCH_NCCL_ENABLE_MONITORING": "1",
 }
+
+
+def shutdown_timeout(spec: JobSpec) -> int:
+    """torchrun's SIGTERM-to-SIGKILL window for its workers, inside the kubelet's grace period."""
+    return max(1, spec.grace_seconds - SHUTDOWN_MARGIN_SECONDS)
+
+
+def collective_timeout(spec: JobSpec) -> int:
+    """At least COLLECTIVE_TIMEOUT_SECONDS, and never shorter than the grace period, the job's declared time to
+    write a checkpoint: a longer grace means a bigger checkpoint that the waiting ranks must sit out."""
+    return max(COLLECTIVE_TIMEOUT_SECONDS, spec.grace_seconds)
+
+
+def overridable_defaults(spec: JobSpec) -> dict[str, str]:
+    return {**OVERRIDABLE_DEFAULTS, "TORCH_ELASTIC_SHUTDOWN_TIMEOUT": str(shutdown_timeout(spec))}
 
 
 def nnodes(spec: JobSpec, size: int | None = None) -> str:
@@ -73,17 +98,19 @@ def rendezvous_env(
         "DDPJOB_ATTEMPT": str(attempt),
         "DDPJOB_REPLICA_INDEX": str(index),
         "DDPJOB_RESTARTS": str(restarts),
-        "DDPJOB_COLLECTIVE_TIMEOUT_SECONDS": str(COLLECTIVE_TIMEOUT_SECONDS),
+        "DDPJOB_COLLECTIVE_TIMEOUT_SECONDS": str(collective_timeout(spec)),
     }
     env: list[dict[str, Any]] = [{"name": k, "value": v} for k, v in plain.items()]
     env.append({"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}})
     return env
 
 
-def merge_env(user_env: list[dict], owned: list[dict]) -> list[dict]:
-    """User variables first (minus any the operator owns), then the operator's, then defaults the user left unset."""
+def merge_env(user_env: list[dict], owned: list[dict], defaults: dict[str, str] | None = None) -> list[dict]:
+    """User variables first (minus any the operator owns), then the operator's, then defaults the user left unset
+    (OVERRIDABLE_DEFAULTS unless given)."""
     owned_names = {e["name"] for e in owned}
     kept = [e for e in user_env if e.get("name") not in owned_names]
     user_names = {e.get("name") for e in kept}
-    defaults = [{"name": k, "value": v} for k, v in OVERRIDABLE_DEFAULTS.items() if k not in user_names]
-    return kept + owned + defaults
+    wanted = OVERRIDABLE_DEFAULTS if defaults is None else defaults
+    defaults_left = [{"name": k, "value": v} for k, v in wanted.items() if k not in user_names]
+    return kept + owned + defaults_left

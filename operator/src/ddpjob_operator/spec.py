@@ -10,6 +10,12 @@ from . import api
 
 RESTART_POLICIES = ("OnFailure", "ExitCode", "Never")
 CLEAN_POD_POLICIES = ("All", "Running", "None")
+# 512 MiB per rank at 8 ranks a pod. A memory-backed emptyDir is charged to the pod's memory only as it fills.
+DEFAULT_SHM_SIZE = "4Gi"
+# The kubelet's SIGTERM-to-SIGKILL window when the template sets none: long enough for torchrun to pass SIGTERM
+# on, the ranks to agree at the next step and rank 0 to write a full checkpoint of a model of a few GiB to a
+# network volume. The kubelet's own default of 30 s rarely is.
+DEFAULT_GRACE_SECONDS = 120
 
 
 @dataclass(frozen=True)
@@ -48,6 +54,13 @@ class JobSpec:
     rendezvous: Rendezvous = field(default_factory=Rendezvous)
     template: dict[str, Any] = field(default_factory=dict)
     network_policy: bool = False
+    shm_size: str = DEFAULT_SHM_SIZE  # "0" adds no /dev/shm volume
+
+    @property
+    def grace_seconds(self) -> int:
+        """The pod's terminationGracePeriodSeconds: the template's own, else DEFAULT_GRACE_SECONDS."""
+        own = (self.template.get("spec") or {}).get("terminationGracePeriodSeconds")
+        return int(own) if own is not None else DEFAULT_GRACE_SECONDS
 
     @property
     def gpus_per_pod(self) -> int:
@@ -111,4 +124,5 @@ def parse_spec(raw: dict[str, Any]) -> JobSpec:
         ),
         template=raw.get("template") or {},
         network_policy=bool(raw.get("networkPolicy", False)),
+        shm_size=str(raw.get("shmSize", DEFAULT_SHM_SIZE)),
     )
