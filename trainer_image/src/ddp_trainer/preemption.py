@@ -1,9 +1,13 @@
-"""SIGTERM (pod deletion, preemption, torchrun shutting its workers down) only sets a flag; the trainer checks it
-at a step boundary, agrees with the other ranks to stop, writes a checkpoint and exits."""
+"""SIGTERM (pod deletion, preemption, torchrun shutting its workers down) only sets a flag; every rank votes on
+it after every step, so all of them stop at the same step, rank 0 writes a checkpoint, and they exit."""
 
 from __future__ import annotations
 
 import signal
+from typing import cast
+
+import torch
+import torch.distributed as dist
 
 
 class PreemptionFlag:
@@ -18,3 +22,37 @@ class PreemptionFlag:
     def _handle(self, signum, frame) -> None:
         self.requested = True
         self.signal_name = signal.Signals(signum).name
+
+
+class StopVote:
+    """One all-reduce of the flag per step, asynchronous and on a gloo group of its own: the vote cast after step
+    k is read after step k+1, so it never waits on the GPU nor on a peer that is still computing. A signal that
+    lands during step k is counted in the vote cast after it, so every rank stops after step k+1 at the latest,
+    with its grace period nearly whole for the checkpoint."""
+
+    def __init__(self, flag: PreemptionFlag):
+        self.flag = flag
+        # NCCL's default group would need the flag on the GPU and a stream sync to read it; gloo reads the CPU.
+        self.group = cast(dist.ProcessGroup, dist.new_group(backend="gloo")) if dist.is_initialized() else None
+        self.ballot = torch.zeros(1)
+        self.pending: dist.Work | None = None
+
+    def step(self) -> bool:
+        """After each step: the result of the previous vote (True: stop now), then cast the next one."""
+        stop = self._count()
+        if self.group is None:
+            return self.flag.requested
+        self.ballot = torch.tensor([float(self.flag.requested)])
+        self.pending = dist.all_reduce(self.ballot, group=self.group, async_op=True)
+        return stop
+
+    def settle(self) -> bool:
+        """Wait for the vote in flight (every rank cast the same number), so the group can be torn down."""
+        return self._count()
+
+    def _count(self) -> bool:
+        if self.pending is None:
+            return False
+        self.pending.wait()
+        self.pending = None
+        return self.ballot.item() > 0

@@ -22,7 +22,7 @@ from .ddp_model import autocast_context, wrap_model
 from .distributed_env import DistEnv
 from .lr_schedule import LearningRateSchedule
 from .metrics import TrainerMetrics, metrics_address, serve
-from .preemption import PreemptionFlag
+from .preemption import PreemptionFlag, StopVote
 from .progress_log import Identity, done_line, emit, progress_line, resumed_line, warn
 from .rng_state import capture_rng, restore_rng, seed_everything
 from .workloads import Workload, build_workload
@@ -58,6 +58,7 @@ class Trainer:
         self.metrics.world_size.set(env.world_size)
         self.metrics.restart_count.set(env.restart_count)
         self.preemption = PreemptionFlag().install()
+        self.stop_vote = StopVote(self.preemption)
         self.step, self.samples, self.position = 0, 0, SamplePosition()
         self.last_checkpoint_step, self.last_checkpoint_time = -1, time.monotonic()
         self.checkpoint_load_seconds = 0.0
@@ -132,25 +133,30 @@ class Trainer:
             window_steps += 1
             self._observe_phases(t1 - t0, t2 - t1, t3 - t2)
             if self.step % cfg.log.every_steps == 0 or self.step == cfg.train.steps:
-                stop = self._report(loss_sum, window_steps, time.monotonic() - window_start, lr)
+                self._report(loss_sum, window_steps, time.monotonic() - window_start, lr)
                 loss_sum.zero_()
                 window_start, window_steps = time.monotonic(), 0
-                if stop:
-                    self.save_checkpoint()
-                    if self.talks:
-                        emit(
-                            f"{self.who.prefix} preempted ({self.preemption.signal_name or 'peer'}): "
-                            f"checkpoint written step={self.step}, exiting with {exit_codes.PREEMPTED}"
-                        )
-                    return exit_codes.PREEMPTED
+            if self.stop_vote.step():
+                return self._preempted()
             if self._checkpoint_due():
                 self.save_checkpoint()
+        self.stop_vote.settle()
         if not finish:
             return exit_codes.OK
         if cfg.checkpoint.on_finish and self.last_checkpoint_step != self.step:
             self.save_checkpoint()
         self._finish(time.monotonic() - self.created)
         return exit_codes.OK
+
+    def _preempted(self) -> int:
+        self.stop_vote.settle()
+        self.save_checkpoint()
+        if self.talks:
+            emit(
+                f"{self.who.prefix} preempted ({self.preemption.signal_name or 'peer'}): "
+                f"checkpoint written step={self.step}, exiting with {exit_codes.PREEMPTED}"
+            )
+        return exit_codes.PREEMPTED
 
     def _loader(self) -> DataLoader:
         from .sampler import GlobalBatchSampler
@@ -199,13 +205,11 @@ class Trainer:
         self.metrics.phase["forward_backward"].observe(forward_backward)
         self.metrics.phase["optimizer"].observe(optimizer)
 
-    def _report(self, loss_sum: torch.Tensor, steps: int, seconds: float, lr: float) -> bool:
-        """One all-reduce per log window carries the loss and the stop flag, so every rank agrees to stop at the
-        same step when any of them got SIGTERM, at no extra per-step cost."""
-        packed = torch.stack([loss_sum.float(), torch.tensor(float(self.preemption.requested), device=self.device)])
+    def _report(self, loss_sum: torch.Tensor, steps: int, seconds: float, lr: float) -> None:
+        """One all-reduce per log window carries the loss: the group mean over the window."""
+        packed = loss_sum.float().reshape(1)
         dist.all_reduce(packed)
-        total_loss, stop_votes = packed.tolist()
-        loss = self.last_loss = total_loss / (self.global_batch * steps)
+        loss = self.last_loss = packed.item() / (self.global_batch * steps)
         throughput = self.global_batch * steps / max(seconds, 1e-9)
         m = self.metrics
         m.step.set(self.step)
@@ -217,7 +221,6 @@ class Trainer:
             m.gpu_memory_bytes.set(torch.cuda.memory_allocated(self.device))
         if self.talks:
             emit(progress_line(self.who, self.step, self.cfg.train.steps, self.position.epoch, loss, lr, throughput))
-        return stop_votes > 0
 
     def _checkpoint_due(self) -> bool:
         c = self.cfg.checkpoint
