@@ -86,6 +86,17 @@ INVALID = [
      "spec.runPolicy.progressDeadlineSeconds needs a progress source"),
     ("progress deadline too short", with_spec(runPolicy__progressDeadlineSeconds=5),
      "spec.runPolicy.progressDeadlineSeconds in body should be greater than or equal to 10"),
+    ("rendezvous port on a rank's metrics port", with_spec(nprocPerNode=4, rendezvous={"port": 9403}),
+     "spec.rendezvous.port 9403 clashes with the metrics ports of the trainer processes (9400 + local rank, one per "
+     "process of the pod); pick a port outside 9400-9403, such as the default 29400"),
+    ("rendezvous port on a metrics port, nproc auto from 8 GPUs", with_spec(rendezvous={"port": 9407}),
+     "pick a port outside 9400-9407"),
+    ("more processes than GPUs", with_spec(gpusPerReplica=2, nprocPerNode=4),
+     "spec.nprocPerNode 4 exceeds spec.gpusPerReplica 2 (one trainer process per GPU): lower nprocPerNode, raise "
+     "gpusPerReplica, or set nprocPerNode: auto"),
+    ("shm size not a quantity", with_spec(shmSize="lots"),
+     "spec.shmSize must be a non-negative Kubernetes quantity such as 4Gi or 512Mi"),
+    ("negative shm size", with_spec(shmSize="-1Gi"), "spec.shmSize must be a non-negative Kubernetes quantity"),
     ("no template", {"apiVersion": "ddpjob.dev/v1alpha1", "kind": "DDPJob", "metadata": {"name": "bad"},
                      "spec": {"replicas": 1}}, 'spec.template: Required value'),
 ]
@@ -109,6 +120,20 @@ def test_defaults_are_applied(kube, crds):
     assert spec["runPolicy"] == {"backoffLimit": 3, "cleanPodPolicy": "Running", "suspend": False,
                                  "restartBackoffSeconds": 5}
     assert spec["rendezvous"] == {"port": 29400, "joinTimeoutSeconds": 600, "lastCallTimeoutSeconds": 30}
+    assert spec["shmSize"] == "4Gi"
+
+
+@pytest.mark.parametrize("name, manifest", [
+    ("rendezvous port just past the metrics ports of 8 processes", with_spec(rendezvous={"port": 9408})),
+    ("rendezvous port below the metrics ports", with_spec(rendezvous={"port": 9399})),
+    ("fewer processes than GPUs", with_spec(gpusPerReplica=8, nprocPerNode=2)),
+    ("CPU job: any process count", with_spec(gpusPerReplica=0, nprocPerNode=4)),
+    ("no /dev/shm volume", with_spec(shmSize="0")),
+    ("shm size in bytes", with_spec(shmSize=1073741824)),
+])
+def test_valid_ports_process_counts_and_shm_sizes_are_accepted(kube, crds, name, manifest):
+    res = kube("create", "--dry-run=server", "-f", "-", input=json.dumps(manifest), check=False)
+    assert res.returncode == 0, f"{name}: {res.stderr}"
 
 
 @pytest.mark.parametrize("name, patch, message", [
@@ -148,7 +173,8 @@ def test_kubectl_explain_describes_the_spec(kube, crds):
     assert "backoffLimit" in text and "Whole-group restarts allowed" in text
 
 
-@pytest.mark.parametrize("example", ["gpu-2x8.yaml", "elastic-exitcode.yaml"])
+@pytest.mark.parametrize("example", ["gpu-2x8.yaml", "elastic-exitcode.yaml", "gpu-pvc.yaml", "digits.yaml",
+                                     "user-loop.yaml"])
 def test_examples_are_accepted(kube, crds, example):
     path = Path(__file__).resolve().parents[2] / "examples" / example
     res = kube("apply", "--dry-run=server", "-f", str(path), check=False)
