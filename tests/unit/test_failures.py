@@ -93,3 +93,38 @@ def test_sigkilled_worker_is_retryable_under_exit_code_policy():
 
     failure = f.classify_pod_failure(make_pod().failed(1, message=KILLED_LOG).build(), NODES, NOW, 30)
     assert decide_restart("ExitCode", failure, RestartBudget(limit=3, used=0)).action == RESTART
+
+
+MISSING_SCRIPT_LOG = """/usr/bin/python3.11: can't open file '/work/trian.py': [Errno 2] No such file or directory
+E1124 10:37:38.056000 7105 torch/distributed/elastic/multiprocessing/api.py:1002] failed (exitcode: 2) local_rank: 0 (pid: 7127) of binary: /usr/bin/python3.11
+Traceback (most recent call last):
+  File "/usr/bin/torchrun", line 8, in <module>
+torch.distributed.elastic.multiprocessing.errors.ChildFailedError:
+Root Cause (first observed failure):
+[0]:
+  rank      : 0 (local_rank: 0)
+  exitcode  : 2 (pid: 7127)
+  error_file: <N/A>
+"""
+
+
+@pytest.mark.parametrize("name, log, want_first_line", [
+    ("missing script: python's own line", MISSING_SCRIPT_LOG,
+     "/usr/bin/python3.11: can't open file '/work/trian.py': [Errno 2] No such file or directory"),
+    ("only the last 5 lines before torchrun's report",
+     "\n".join(f"line {i}" for i in range(20)) + "\n" + MISSING_SCRIPT_LOG.split("\n", 1)[1], "line 15"),
+    ("the tail lost the worker's lines", MISSING_SCRIPT_LOG.split("\n", 1)[1], None),
+])
+def test_the_failing_workers_last_lines_lead_the_message(name, log, want_first_line):
+    failure = f.classify_pod_failure(make_pod().failed(1, message=log).build(), NODES, NOW, 30)
+    assert failure.exit_code == 2, name
+    if want_first_line is None:
+        assert failure.message.startswith("Root Cause"), name
+    else:
+        assert failure.message.splitlines()[0] == want_first_line, name
+        assert "Root Cause" in failure.message, name
+
+
+def test_the_workers_lines_are_bounded():
+    log = "x" * 5000 + "\n" + MISSING_SCRIPT_LOG.split("\n", 1)[1]
+    assert len(f.worker_last_lines(log)) == f.WORKER_TAIL_CHARS

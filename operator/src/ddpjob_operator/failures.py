@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from .spec import trainer_container
@@ -48,6 +48,29 @@ class Failure:
         return text
 
 
+# A pod deleted by someone else is judged this long after its deletion began, not at once: when its job or its
+# namespace is being deleted (the namespace controller deletes pods before the other objects), the pod's event
+# can arrive before the job's or the namespace's, and that deletion is no failure.
+DELETION_SETTLE_SECONDS = 2.0
+
+
+def deletion_started(pod: dict[str, Any]) -> datetime | None:
+    """When the pod's deletion was asked for: its deletionTimestamp is that moment plus the grace period."""
+    meta = pod["metadata"]
+    deadline = parse_time(meta.get("deletionTimestamp"))
+    if deadline is None:
+        return None
+    return deadline - timedelta(seconds=int(meta.get("deletionGracePeriodSeconds") or 0))
+
+
+def deletion_settling(found: list[Failure], now: datetime) -> float | None:
+    """Seconds to wait before acting on these failures: only while every one is a deletion still settling."""
+    if not found or any(f.kind != DELETED or f.reason != "Terminating" or f.at is None for f in found):
+        return None
+    left = max(DELETION_SETTLE_SECONDS - (now - f.at).total_seconds() for f in found if f.at is not None)
+    return left if left > 0 else None
+
+
 def node_ready(node: dict[str, Any] | None) -> tuple[bool, datetime | None]:
     """(ready, since when not ready). A missing node is not ready since an unknown time."""
     if node is None:
@@ -86,7 +109,7 @@ def classify_pod_failure(
         return None
     if pod["metadata"].get("deletionTimestamp"):
         # The operator never deletes pods of the current attempt, so someone else did.
-        return Failure(pod=name, kind=DELETED, reason="Terminating", at=now)
+        return Failure(pod=name, kind=DELETED, reason="Terminating", at=deletion_started(pod) or now)
     if phase == "Failed":
         return _terminated_failure(pod, now)
     if phase == "Unknown" or node_lost(pod, nodes, now, node_lost_grace_seconds):
@@ -149,8 +172,30 @@ def worker_root_cause(termination_message: str) -> tuple[int | None, str]:
     root = text.rfind("Root Cause")
     match = _EXITCODE_LINE.search(text, root if root >= 0 else 0)
     if match:
-        return int(match.group(1)), text[root:] if root >= 0 else text
+        table = text[root:] if root >= 0 else text
+        cause = worker_last_lines(text)
+        return int(match.group(1)), f"{cause}\n{table}" if cause else table
     return None, ""
+
+
+# Where torchrun's own report of a failed worker begins in its log: its "failed (exitcode: N)" log line, or the
+# ChildFailedError it raises. What comes before is the workers' output, the failing one's last lines included.
+_TORCHRUN_REPORT = re.compile(r"^.*(?:elastic/multiprocessing/api\.py.*\] failed \(exitcode|ChildFailedError).*$", re.M)
+WORKER_TAIL_LINES = 5
+WORKER_TAIL_CHARS = 400
+
+
+def worker_last_lines(log_tail: str) -> str:
+    """The last lines a worker printed before torchrun reported it (at most WORKER_TAIL_LINES lines and
+    WORKER_TAIL_CHARS characters): when the worker died outside @record (a missing script, an import error in a
+    script of the user's, a crash in native code) it is the only line that says what to fix, e.g. `python: can't
+    open file 'x.py': [Errno 2] No such file or directory`. Empty when the tail holds none."""
+    report = _TORCHRUN_REPORT.search(log_tail)
+    if report is None:
+        return ""
+    lines = [line for line in log_tail[: report.start()].splitlines() if line.strip()]
+    tail = "\n".join(lines[-WORKER_TAIL_LINES:])
+    return tail[-WORKER_TAIL_CHARS:]
 
 
 def _disrupted(status: dict[str, Any]) -> bool:

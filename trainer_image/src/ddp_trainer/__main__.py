@@ -20,8 +20,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         cfg = parse_config(argv)
     except ConfigError as e:
-        print(f"ddp_trainer: configuration error: {e}", file=sys.stderr, flush=True)
-        return exit_codes.CONFIG_ERROR
+        return config_error(e)
     env = DistEnv.from_environ()
     who = Identity.from_environ(env.rank)
     device = choose_device(env)
@@ -43,6 +42,14 @@ def main(argv: list[str] | None = None) -> int:
         return disk_full(who, e)
     dist.destroy_process_group()
     return code
+
+
+def config_error(error: ConfigError) -> int:
+    from torch.distributed.elastic.multiprocessing.errors import ErrorHandler
+
+    ErrorHandler().record_exception(error)  # exit 2 bypasses @record: the termination log says what to fix
+    print(f"ddp_trainer: configuration error: {error}", file=sys.stderr, flush=True)
+    return exit_codes.CONFIG_ERROR
 
 
 def disk_full(who: Identity, error: CheckpointDiskFull) -> int:

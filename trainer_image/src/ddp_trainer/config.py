@@ -101,6 +101,13 @@ class ConfigError(ValueError):
     """A flag or env value that cannot be used; the message names the flag or variable."""
 
 
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # type: ignore[override]
+        """An unknown or malformed flag is a ConfigError like a bad value, not argparse's SystemExit(2): main()
+        records it in the error file, so the operator's status shows it rather than torchrun's exit table."""
+        raise ConfigError(message)
+
+
 def flag_name(section: str | None, name: str) -> str:
     dashed = name.replace("_", "-")
     return f"--{section}.{dashed}" if section else f"--{dashed}"
@@ -140,7 +147,7 @@ def _leaf_fields(cls) -> list[tuple[str | None, dataclasses.Field, type]]:
 def parse_config(argv: list[str] | None = None, environ: Mapping[str, str] | None = None) -> Config:
     environ = os.environ if environ is None else environ
     cfg = Config()
-    parser = argparse.ArgumentParser(prog="ddp_trainer", description="torchrun DDP trainer harness")
+    parser = _Parser(prog="ddp_trainer", description="torchrun DDP trainer harness")
     for section, f, kind in _leaf_fields(Config):
         target = getattr(cfg, section) if section else cfg
         env = env_name(section, f.name)
