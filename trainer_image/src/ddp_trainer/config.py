@@ -102,7 +102,7 @@ class ConfigError(ValueError):
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message: str):  # type: ignore[override]
+    def error(self, message: str) -> typing.NoReturn:
         """An unknown or malformed flag is a ConfigError like a bad value, not argparse's SystemExit(2): main()
         records it in the error file, so the operator's status shows it rather than torchrun's exit table."""
         raise ConfigError(message)
