@@ -141,9 +141,18 @@ def _wait_size(custom, namespace: str, name: str, size: int, timeout: float = 18
     raise RuntimeError(f"{name} not Running at {size} pods after {timeout}s: {_status(custom, namespace, name)}")
 
 
+OUT_OF_SERVICE = {"key": "node.kubernetes.io/out-of-service", "value": "nodeshutdown", "effect": "NoExecute"}
+
+
 def _set_node(core: client.CoreV1Api, name: str, up: bool) -> None:
-    """Down: kwok stops running the node and it reports NotReady (a dead kubelet). Up: kwok runs it again."""
-    core.patch_node(name, {"metadata": {"annotations": {"kwok.x-k8s.io/node": "fake" if up else None}}})
+    """Down: kwok stops running the node and it reports NotReady (a dead kubelet), and the admin taints it
+    out-of-service, so the operator may force-delete its pods at once (docs/reliability.md: without the taint it
+    waits --unreachable-force-delete-seconds). Up: the taint goes and kwok runs it again."""
+    taints = [t for t in (core.read_node(name).spec.taints or []) if t.key != OUT_OF_SERVICE["key"]]
+    body = [{"key": t.key, "value": t.value, "effect": t.effect} for t in taints] + ([] if up else [OUT_OF_SERVICE])
+    core.patch_node(
+        name, {"metadata": {"annotations": {"kwok.x-k8s.io/node": "fake" if up else None}}, "spec": {"taints": body}}
+    )
     if not up:
         stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
         ready = {

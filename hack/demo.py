@@ -19,6 +19,7 @@ import sys
 import time
 from pathlib import Path
 
+from ddpjob_localnode.layout import default_node_name
 from ddpjob_localnode.recovery import RecoveryClock, find_worker_process, parse_trainer_log
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -113,6 +114,12 @@ def node_loss_manifest() -> dict:
 
 def local_agent(command: str, index: int) -> None:
     subprocess.run([sys.executable, "-m", "ddpjob_localnode", "--index", str(index), command], check=True, cwd=ROOT)
+
+
+def out_of_service(index: int, on: bool) -> None:
+    """Taint (or untaint) local node `index` out-of-service, the admin's word that nothing runs there any more."""
+    taint = "node.kubernetes.io/out-of-service=nodeshutdown:NoExecute"
+    kubectl("taint", "nodes", default_node_name(index), taint if on else taint + "-", check=False)
 
 
 def fresh_job(manifest: dict | None = None) -> None:
@@ -212,7 +219,11 @@ def main() -> int:
             local_agent("stop", lost_index)
             lost_at_step = step
             say(f"stopped local node agent {lost_index} at step {step}: the group goes on with the nodes left")
+            # As an admin would once the node is known down (non-graceful node shutdown): the operator then
+            # force-deletes the pod there at once instead of after --unreachable-force-delete-seconds.
+            out_of_service(lost_index, True)
         elif node_loss and lost_at_step is not None and lost_at_step >= 0 and running and step >= lost_at_step + 100:
+            out_of_service(lost_index, False)
             local_agent("start", lost_index)
             lost_at_step = -1
             say(f"local node agent {lost_index} is back at step {step}: the group grows back")

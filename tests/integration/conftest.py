@@ -85,6 +85,7 @@ BASELINE = [
     ("ddpjob_jobs_succeeded_total", {}), ("ddpjob_time_to_all_running_seconds_count", {}),
     ("ddpjob_recovery_duration_seconds_count", {}), ("ddpjob_group_restarts_total", {"reason": "ExitCode"}),
     ("ddpjob_group_restarts_total", {"reason": "Rescaled"}), ("ddpjob_group_restarts_total", {"reason": "NoProgress"}),
+    ("ddpjob_group_restarts_total", {"reason": "Deleted"}),
 ]
 
 

@@ -50,7 +50,8 @@ def test_job_gets_service_and_gpu_pods_with_exact_env(kube, operator):
             "POD_IP": {"fieldRef": {"apiVersion": "v1", "fieldPath": "status.podIP"}},
             "TORCH_NCCL_ASYNC_ERROR_HANDLING": "3", "TORCH_NCCL_TRACE_BUFFER_SIZE": "2000",
             "TORCH_FR_BUFFER_SIZE": "2000", "TORCH_FR_DUMP_ON_TIMEOUT": "1",
-            "TORCH_NCCL_DUMP_ON_TIMEOUT": "1", "TORCH_NCCL_ENABLE_MONITORING": "1"}
+            "TORCH_NCCL_DUMP_ON_TIMEOUT": "1", "TORCH_NCCL_ENABLE_MONITORING": "1",
+            "TORCH_ELASTIC_SHUTDOWN_TIMEOUT": "110"}
     assert len(nodes) == 2, "8 GPUs each: the two pods cannot share a node"
     assert (status["worldSize"], status["readyText"], status["restarts"], status["attempt"]) == (16, "2/2", 0, 0)
     assert status["selector"] == "ddpjob.dev/job-name=train"

@@ -20,6 +20,7 @@ FAST_ENV = {
     "DDPJOB_RESYNC_SECONDS": "2",
     "DDPJOB_NODE_LOST_GRACE_SECONDS": "2",
     "DDPJOB_TERMINATING_GRACE_SECONDS": "5",
+    "DDPJOB_UNREACHABLE_FORCE_DELETE_SECONDS": "5",
     "DDPJOB_PROGRESS_INTERVAL_SECONDS": "2",
 }
 
@@ -79,6 +80,13 @@ class OperatorProcess:
         if self.proc and self.proc.poll() is None:
             self.proc.send_signal(sig)
             self.proc.wait(timeout=30)
+
+    def freeze(self) -> None:
+        """SIGSTOP: alive but deaf, as an operator starved of CPU or cut off from the API server is."""
+        self.proc.send_signal(signal.SIGSTOP)
+
+    def thaw(self) -> None:
+        self.proc.send_signal(signal.SIGCONT)
 
     def stop(self) -> None:
         """SIGKILL: the operator is built to be killed at any moment, and kopf's graceful exit takes seconds."""

@@ -85,7 +85,7 @@ def test_steady_state_writes_nothing():
 @pytest.mark.parametrize("name, policy, backoff_limit, restarts, pod, want_phase, want_reason, want_attempt", [
     ("exit 1 restarts", "OnFailure", 3, 0, make_pod("a", 1).failed(1), "Restarting", "ExitCode", 1),
     ("eviction restarts", "OnFailure", 3, 1, make_pod("a", 1).evicted(), "Restarting", "Evicted", 2),
-    ("deleted pod restarts", "OnFailure", 3, 0, make_pod("a", 1).terminating(), "Restarting", "Deleted", 1),
+    ("deleted pod restarts", "OnFailure", 3, 0, make_pod("a", 1).terminating(since=5), "Restarting", "Deleted", 1),
     ("node lost restarts", "OnFailure", 3, 0, make_pod("a", 1).on_node("dead"), "Restarting", "NodeLost", 1),
     ("budget spent fails", "OnFailure", 3, 3, make_pod("a", 1).failed(1), "Failed", "BackoffLimitExceeded", 3),
     ("ExitCode exit 1 fails", "ExitCode", 3, 0, make_pod("a", 1).failed(1), "Failed", "PermanentExitCode", 0),
@@ -155,20 +155,57 @@ def test_restart_sets_exponential_backoff():
     assert plan.status["nextAttemptTime"] == (NOW + timedelta(seconds=10)).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def test_old_pod_stuck_terminating_on_dead_node_is_force_deleted():
+@pytest.mark.parametrize("name, node, since, want_force", [
+    ("never placed: nothing can run it", None, 1, True),
+    ("node object gone", "gone", 1, True),
+    ("node tainted out-of-service", make_node("dead", ready=False, since=10), 1, True),
+    ("NotReady a short while: its containers may still run", make_node("dead", ready=False, since=120), 1, False),
+    ("NotReady past the unreachable wait", make_node("dead", ready=False, since=301), 1, True),
+    ("Ready node, past the grace: never", make_node("node-0"), 61, False),
+])
+def test_old_pod_terminating_is_force_deleted_only_when_safe(name, node, since, want_force):
     job = make_job("a").running().status(attempt=1, restarts=1, phase="Restarting")
-    stuck = make_pod("a", 0, 0).on_node("dead").terminating(since=1).build()
-    plan = plan_for(job, [stuck], [make_node("dead", ready=False, since=120)])
-    assert (plan.force_delete_pods, plan.delete_pods) == (["a-worker-0"], [])
+    pod = make_pod("a", 0, 0).terminating(since=since)
+    nodes = []
+    if node is None:
+        pod.obj["spec"].pop("nodeName", None)
+    elif node == "gone":
+        pod.on_node("gone")
+    else:
+        pod.on_node(node["metadata"]["name"])
+        if "out-of-service" in name:
+            node["spec"] = {"taints": [{"key": "node.kubernetes.io/out-of-service", "effect": "NoExecute"}]}
+        nodes = [node]
+    plan = plan_for(job, [pod.build()], nodes)
+    assert (plan.force_delete_pods, plan.delete_pods, plan.create_pods) == (
+        ["a-worker-0"] if want_force else [], [], []), name
 
 
-def test_old_pod_terminating_on_healthy_node_waits_then_is_force_deleted():
+def test_old_pod_stuck_on_a_ready_node_is_reported_once_never_force_deleted():
     job = make_job("a").running().status(attempt=1, restarts=1, phase="Restarting")
     plan = plan_for(job, [make_pod("a", 0, 0).terminating(since=10).build()])
-    # Already deleting: no second delete, no force yet; the name is still taken, so look again soon.
+    # Already deleting: no second delete, no force; the name is still taken, so look again soon.
     assert (plan.force_delete_pods, plan.delete_pods, plan.create_pods, plan.requeue_after) == ([], [], [], 1.0)
+    assert plan.status is None or "OldPodsTerminating" not in [c["type"] for c in plan.status["conditions"]]
     plan = plan_for(job, [make_pod("a", 0, 0).terminating(since=61).build()])
-    assert plan.force_delete_pods == ["a-worker-0"]
+    assert plan.force_delete_pods == []
+    stuck = next(c for c in plan.status["conditions"] if c["type"] == "OldPodsTerminating")
+    assert stuck["status"] == "True"
+    assert "is Ready but has not confirmed the deletion; check the kubelet" in stuck["message"]
+    assert reasons(plan) == ["PodsStuckTerminating"]
+    assert [o.metric for o in plan.observations] == ["pods_stuck_terminating"]
+    # Said once: the same report on the next pass posts nothing.
+    again = plan_for(make_job("a").running().status(**plan.status), [make_pod("a", 0, 0).terminating(since=70).build()])
+    assert again.events == []
+
+
+def test_a_pod_deleted_by_someone_else_is_judged_after_the_deletion_settles():
+    job = make_job("a").replicas(2).restart_backoff(0).running().status(observedGeneration=1)
+    pods = [make_pod("a", 0).build(), make_pod("a", 1).terminating(since=0.5).build()]
+    plan = plan_for(job, pods)
+    assert plan.status is None and 0 < plan.requeue_after <= 1.5
+    pods[1] = make_pod("a", 1).terminating(since=2).build()
+    assert plan_for(job, pods).status["phase"] == "Restarting"
 
 
 def test_missing_pod_of_a_launched_attempt_is_a_failure():

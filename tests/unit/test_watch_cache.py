@@ -77,18 +77,61 @@ def test_observe_sees_only_pods_the_job_controls_and_their_nodes():
     ours = make_pod("a", 0).build()
     borrowed = make_pod("a", 1).build()
     borrowed["metadata"]["ownerReferences"] = []
-    svc = child_entry(SERVICE, {"metadata": {"name": "a", "uid": "s"}})
+    svc = child_entry(SERVICE, {"metadata": {"name": "a", "uid": "s", "ownerReferences": owned_by(job)}})
     obs = cache(job, [ours, borrowed], [make_node("node-0"), make_node("other")], [svc]).observe(KEY, NOW)
     assert [p["metadata"]["name"] for p in obs.pods] == ["a-worker-0"]
+    assert [p["metadata"]["name"] for p in obs.foreign_pods] == ["a-worker-1"]
     assert list(obs.nodes) == ["node-0"]
     assert obs.service_exists and obs.network_policy_exists
+
+
+def owned_by(job):
+    return [{"kind": "DDPJob", "name": job["metadata"]["name"], "uid": job["metadata"]["uid"], "controller": True}]
+
+
+def test_a_service_of_the_jobs_name_that_it_does_not_control_is_not_its_service():
+    job = make_job("a").running().build()
+    other = child_entry(SERVICE, {"metadata": {"name": "a", "uid": "s", "ownerReferences": [
+        {"kind": "DDPJob", "name": "a", "uid": "uid-of-an-earlier-a", "controller": True}]}})
+    assert cache(job, services=[other]).observe(KEY, NOW).service_exists is False
+
+
+def test_a_job_deleted_and_recreated_under_its_name_is_the_newest_one():
+    old = make_job("a").running().build()
+    new = make_job("a").build()
+    old["metadata"].update(creationTimestamp="2026-01-01T10:00:00Z", resourceVersion="5")
+    new["metadata"].update(uid="uid-2", creationTimestamp="2026-01-01T11:00:00Z", resourceVersion="9")
+    for jobs in ([old, new], [new, old]):
+        view = WatchCache(jobs={KEY: jobs}, pods={KEY: [make_pod("a", 0).build()]}, nodes={}, children=[])
+        obs = view.observe(KEY, NOW)
+        assert obs.job["metadata"]["uid"] == "uid-2"
+        assert [p["metadata"]["name"] for p in obs.foreign_pods] == ["a-worker-0"]
+
+
+def test_a_terminating_namespace_makes_every_job_there_an_orphan():
+    job = make_job("a").running().build()
+    pod = make_pod("a", 0).build()
+    view = WatchCache(jobs={KEY: [job]}, pods={KEY: [pod]}, nodes={}, children=[], namespaces={KEY[0]: [True]})
+    assert view.observe(KEY, NOW) is None
+    assert view.orphaned_pods(KEY) == [pod]
+
+
+def test_a_namespace_the_api_server_called_terminating_is_believed_for_a_while():
+    clock = [100.0]
+    job = make_job("a").running().build()
+    view = WatchCache(jobs={KEY: [job]}, pods={}, nodes={}, children=[], clock=lambda: clock[0])
+    assert view.observe(KEY, NOW) is not None
+    view.learn_terminating(KEY[0])
+    assert view.observe(KEY, NOW) is None
+    clock[0] += 61  # the namespace watch decides from then on (a namespace re-created under the name is new)
+    assert view.observe(KEY, NOW) is not None
 
 
 def test_observe_asks_for_a_network_policy_only_when_the_spec_wants_one():
     job = make_job("a").running().build()
     job["spec"]["networkPolicy"] = True
     assert cache(job).observe(KEY, NOW).network_policy_exists is False
-    policy = child_entry(NETWORK_POLICY, {"metadata": {"name": "a"}})
+    policy = child_entry(NETWORK_POLICY, {"metadata": {"name": "a", "ownerReferences": owned_by(job)}})
     assert cache(job, policies=[policy]).observe(KEY, NOW).network_policy_exists is True
 
 

@@ -11,7 +11,7 @@ import time
 import kopf
 from urllib3.exceptions import HTTPError
 
-from . import gang, kube
+from . import gang, kube, uninstall
 from .config import OperatorConfig, parse_args
 from .handlers import build_registry
 from .logfmt import setup_logging
@@ -49,7 +49,10 @@ def resolve_gang(config: OperatorConfig, attempts: int = 10) -> OperatorConfig:
 
 
 def main(argv: list[str] | None = None) -> int:
-    config = parse_args(argv)
+    args = sys.argv[1:] if argv is None else argv
+    if args[:1] == ["release-pods"]:  # the Helm chart's pre-delete hook (uninstall.py)
+        return uninstall.main(args[1:])
+    config = parse_args(args)
     setup_logging(config.verbose)
     if config.metrics_port:
         try:

@@ -36,8 +36,10 @@ class ApplyResult:
     conflict: bool = False
     job_gone: bool = False
     created_pods: int = 0
-    # (pod, HTTP status, message) of creations the API server refused for a reason other than AlreadyExists.
+    # (pod, HTTP status, message) of creations the API server refused, AlreadyExists included when the pod of that
+    # name is not this job's.
     rejected: list[tuple[str, int, str]] = field(default_factory=list)
+    service_conflict: str | None = None  # a Service of the job's name exists that the job does not control
 
 
 class PlanApplier:
@@ -62,12 +64,22 @@ class PlanApplier:
             self._delete_pod(key, pod, uids.get(pod), 0)
         for pod in plan.release_pods:
             self.release_pod(key, by_name[pod])
+        foreign = {p["metadata"]["uid"]: p for p in obs.foreign_pods}
+        for uid in plan.release_foreign_pods:
+            self.release_pod(key, foreign[uid])
         for podgroup in plan.delete_podgroups:
             self._delete_podgroup(key, podgroup)
-        creations: list[Callable[[], tuple[str, str, int, str] | None]] = []
+        creations: list[Callable[[], tuple[str, str, int, str] | bool | None]] = []
         if plan.create_service is not None:
             call = functools.partial(self.core.create_namespaced_service, ns, plan.create_service)
-            creations.append(functools.partial(self._create_child, key, SERVICE, call))
+            owner = meta["uid"]
+            read = functools.partial(self.core.read_namespaced_service, job, ns, _request_timeout=REQUEST_TIMEOUT)
+            if not self._create_child(key, SERVICE, call, read, owner):
+                result.service_conflict = (
+                    f"Service {ns}/{job} exists and is not this job's (its controller is not DDPJob uid {owner}); "
+                    "delete or rename it"
+                )
+                return result  # worker DNS would never resolve: no pods
         if plan.create_network_policy is not None:
             call = functools.partial(self.networking.create_namespaced_network_policy, ns, plan.create_network_policy)
             creations.append(functools.partial(self._create_child, key, NETWORK_POLICY, call))
@@ -75,7 +87,7 @@ class PlanApplier:
             creations.append(functools.partial(self._create_podgroup, key, plan.create_podgroup))
         creations += [functools.partial(self._create_pod, key, pod) for pod in plan.create_pods]
         for outcome in [create() for create in creations]:
-            if outcome is None:
+            if not isinstance(outcome, tuple):
                 continue
             what, pod_name, code, message = outcome
             if what == CREATED:
@@ -245,9 +257,22 @@ class PlanApplier:
             if status_of(exc) not in (404, 409):
                 raise
 
-    def _create_child(self, key: tuple[str, str], kind: str, call: Callable[..., Any]) -> None:
+    def _create_child(
+        self,
+        key: tuple[str, str],
+        kind: str,
+        call: Callable[..., Any],
+        read: Callable[[], Any] | None = None,
+        owner: str | None = None,
+    ) -> bool:
+        """Create a child; False when one of its name exists and `owner` does not control it (read back)."""
         if self._create(functools.partial(call, _preload_content=False, _request_timeout=REQUEST_TIMEOUT)):
             self.expect.created_child(key, kind)
+            return True
+        if read is None or owner is None:
+            return True
+        existing = read()
+        return any(o.uid == owner and o.controller for o in existing.metadata.owner_references or [])
 
     def _create_pod(self, key: tuple[str, str], pod: dict[str, Any]) -> tuple[str, str, int, str]:
         """(CREATED | EXISTED | REJECTED, pod, HTTP status, message)."""
@@ -265,7 +290,7 @@ class PlanApplier:
         except ApiException as exc:
             return REJECTED, name, status_of(exc), reason_of(exc)
         if created is None:
-            return EXISTED, name, 409, ""
+            return self._existing_pod(key, pod)
         metrics.PODS_CREATED.inc()
         self.expect.created_pod(key, json.loads(created)["metadata"]["uid"])
         log.info(
@@ -273,6 +298,29 @@ class PlanApplier:
             extra={"job": f"{key[0]}/{key[1]}", "pod": name, "attempt": pod["metadata"]["labels"][api.LABEL_ATTEMPT]},
         )
         return CREATED, name, 201, ""
+
+    def _existing_pod(self, key: tuple[str, str], pod: dict[str, Any]) -> tuple[str, str, int, str]:
+        """A create met AlreadyExists: fine if the pod of that name is ours (the cache was behind), a refusal if
+        it is someone else's (it would never run our rank)."""
+        name = pod["metadata"]["name"]
+        owner = pod["metadata"]["ownerReferences"][0]["uid"]
+        try:
+            existing = self.core.read_namespaced_pod(name, key[0], _request_timeout=REQUEST_TIMEOUT)
+        except ApiException as exc:
+            if status_of(exc) == 404:  # gone since: the next pass creates it
+                return EXISTED, name, 409, ""
+            raise
+        refs = existing.metadata.owner_references or []
+        if any(o.uid == owner and o.controller for o in refs):
+            return EXISTED, name, 409, ""
+        holder = next((f"{o.kind} {o.name} (uid {o.uid})" for o in refs if o.controller), "no controller")
+        going = " and is being deleted" if existing.metadata.deletion_timestamp else ""
+        return (
+            REJECTED,
+            name,
+            409,
+            f"a pod named {name} exists{going} and is not this job's: its controller is {holder}",
+        )
 
     @staticmethod
     def _create(call) -> bytes | None:

@@ -78,7 +78,15 @@ def parse_args(argv: list[str] | None = None) -> OperatorConfig:
         "--terminating-grace-seconds",
         type=float,
         default=_env_float("DDPJOB_TERMINATING_GRACE_SECONDS", 60),
-        help="force-delete an old pod still Terminating this long past its deadline [DDPJOB_TERMINATING_GRACE_SECONDS]",
+        help="report an old pod still Terminating this long past its deadline on a Ready node as stuck (it is never "
+        "force-deleted there) [DDPJOB_TERMINATING_GRACE_SECONDS]",
+    )
+    p.add_argument(
+        "--unreachable-force-delete-seconds",
+        type=float,
+        default=_env_float("DDPJOB_UNREACHABLE_FORCE_DELETE_SECONDS", 300),
+        help="force-delete an old pod whose node has been NotReady this long; at once if the node is tainted "
+        "node.kubernetes.io/out-of-service or gone [DDPJOB_UNREACHABLE_FORCE_DELETE_SECONDS]",
     )
     p.add_argument(
         "--launch-settle-seconds",
@@ -113,6 +121,7 @@ def parse_args(argv: list[str] | None = None) -> OperatorConfig:
         planner=PlannerSettings(
             node_lost_grace_seconds=a.node_lost_grace_seconds,
             terminating_grace_seconds=a.terminating_grace_seconds,
+            unreachable_force_delete_seconds=a.unreachable_force_delete_seconds,
             launch_settle_seconds=a.launch_settle_seconds,
             progress_interval_seconds=a.progress_interval_seconds,
         ),

@@ -15,12 +15,22 @@ from typing import Any
 
 import kopf
 
-from . import api, gang, metrics
+from . import api, gang, metrics, relist, terminating_namespaces
 from .config import OperatorConfig
 from .kube import api_client
 from .progress import ProgressScraper
 from .reconciler import Reconciler
-from .watch_cache import NETWORK_POLICY, SERVICE, WatchCache, bound_pod, child_entry, slim_job, slim_node, slim_pod
+from .watch_cache import (
+    NETWORK_POLICY,
+    SERVICE,
+    WatchCache,
+    bound_pod,
+    child_entry,
+    namespace_terminating,
+    slim_job,
+    slim_node,
+    slim_pod,
+)
 from .workqueue import WorkQueue
 
 log = logging.getLogger("ddpjob.handlers")
@@ -34,6 +44,7 @@ INDEXES = (
     "ddpjob_services",
     "ddpjob_network_policies",
     "ddpjob_bound_pods",
+    "ddpjob_namespaces",
 )
 GANG_INDEX = "ddpjob_podgroups"  # only where the API server serves PodGroups (config.gang)
 
@@ -74,6 +85,8 @@ class Runtime:
 
 
 def build_registry(config: OperatorConfig) -> kopf.OperatorRegistry:
+    relist.install()  # after a relist, what the new list lacks leaves the indexes too (relist.py)
+    terminating_namespaces.install()  # a namespace being deleted is watched until it is gone
     registry = kopf.OperatorRegistry()
     rt = Runtime(config)
 
@@ -116,6 +129,18 @@ def build_registry(config: OperatorConfig) -> kopf.OperatorRegistry:
         held = bound_pod(body)
         return {spec["nodeName"]: held} if held is not None else {}
 
+    @kopf.index("", "v1", "namespaces", id="ddpjob_namespaces", registry=registry)
+    def ddpjob_namespaces(body, name, **_):
+        """Namespaces being deleted: their jobs' pods are going with them, which is no failure."""
+        return {name: True} if namespace_terminating(body) else {}
+
+    @kopf.on.event("", "v1", "namespaces", registry=registry)
+    async def namespace_event(body, name, **_):
+        if rt.queue is not None and rt.cache is not None and namespace_terminating(body):
+            for key in rt.cache.job_keys():
+                if key[0] == name:
+                    rt.queue.add(key)
+
     if config.gang:
 
         @kopf.index(gang.GROUP, gang.VERSION, gang.PLURAL, labels=OURS, id=GANG_INDEX, registry=registry)
@@ -151,6 +176,7 @@ def build_registry(config: OperatorConfig) -> kopf.OperatorRegistry:
             [indexes["ddpjob_services"], indexes["ddpjob_network_policies"]],
             bound_pods=indexes["ddpjob_bound_pods"],
             podgroups=indexes.get(GANG_INDEX),
+            namespaces=indexes["ddpjob_namespaces"],
         )
         rt.pods_by_node = indexes["ddpjob_pods_by_node"]
         metrics.watch_cache_sizes({name.removeprefix("ddpjob_"): index for name, index in indexes.items()})

@@ -38,6 +38,12 @@ RESIZE_SECONDS = Histogram(
     buckets=(0.5, 1, 2, 5, 10, 30, 60, 120, 300, 600, 1800),
 )
 
+PODS_STUCK_TERMINATING = Counter(
+    "ddpjob_pods_stuck_terminating_total",
+    "Pods of earlier attempts found Terminating past their grace where a force-delete is not safe (counted once "
+    "per change of the job's report)",
+)
+
 CACHE_OBJECTS = Gauge("ddpjob_watch_cache_objects", "Objects the watch cache holds, by kind", ["kind"])
 
 PHASES = ("Pending", "Running", "Restarting", "Succeeded", "Failed", "Suspended")
@@ -62,6 +68,8 @@ def record(observation: Observation) -> None:
             RECOVERY_SECONDS.observe(observation.value)
         case "resize_duration":
             RESIZE_SECONDS.labels(direction=labels.get("direction", "unknown")).observe(observation.value)
+        case "pods_stuck_terminating":
+            PODS_STUCK_TERMINATING.inc(observation.value)
         case other:
             raise ValueError(f"unknown metric observation {other!r}")
 

@@ -25,6 +25,14 @@ class PodRefusal:
 
 
 @dataclass(frozen=True)
+class ServiceConflict:
+    """A Service of the job's name exists and the job does not control it (the applier's 409, read back)."""
+
+    message: str
+    at: datetime
+
+
+@dataclass(frozen=True)
 class Observed:
     """One job's world as the watch cache shows it."""
 
@@ -42,6 +50,11 @@ class Observed:
     # for a rigid job, whose size never depends on it.
     capacity: int | None = None
     refusal: PodRefusal | None = None  # the latest refused pod creation of this job, if any (pod_rejection.py)
+    # Pods under this job's label that it does not control: an earlier job's of the same name (deleted and
+    # re-created), or someone else's. Never counted; their tracking finalizers are freed (ownership.py).
+    foreign_pods: list[dict[str, Any]] = field(default_factory=list)
+    # Another object holds the name of this job's Service (ownership.py); the time the applier found it.
+    service_conflict: ServiceConflict | None = None
 
 
 @dataclass(frozen=True)
@@ -65,6 +78,7 @@ class Plan:
     delete_pods: list[str] = field(default_factory=list)
     force_delete_pods: list[str] = field(default_factory=list)
     release_pods: list[str] = field(default_factory=list)  # drop the tracking finalizer
+    release_foreign_pods: list[str] = field(default_factory=list)  # the same for foreign pods, by uid
     create_service: dict[str, Any] | None = None
     create_network_policy: dict[str, Any] | None = None
     create_podgroup: dict[str, Any] | None = None  # the current attempt's gang, created before its pods

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from . import api, failures, gang, pod_rejection
+from . import api, failures, gang, ownership, pod_rejection, termination
 from . import conditions as c
 from .builders import JobRef, build_network_policy, build_podgroup, build_service, build_worker_pod
 from .capacity import GROW, SHRINK, decide_size, size_to_start
@@ -40,9 +40,12 @@ NORMAL, WARNING = "Normal", "Warning"
 @dataclass(frozen=True)
 class PlannerSettings:
     node_lost_grace_seconds: float = 30.0
-    # A pod of an earlier attempt still Terminating this long after its deletion deadline is force-deleted even
-    # if its node looks Ready: its kubelet is not doing its job (kubeflow #2072).
+    # A pod of an earlier attempt still Terminating this long after its deletion deadline on a Ready node is
+    # reported stuck (never force-deleted: its containers may still run)...
     terminating_grace_seconds: float = 60.0
+    # ...but on a NotReady node only after it has been NotReady this long, or sooner once the node is tainted
+    # out-of-service or gone (termination.py).
+    unreachable_force_delete_seconds: float = 300.0
     # After creating an attempt's pods, wait this long for them to run before writing a Pending status: pods that
     # start quickly then cost one status write (straight to Running) instead of two.
     launch_settle_seconds: float = 5.0
@@ -179,10 +182,11 @@ def _plan_steps(
     attempt = status["attempt"]
     pods = sort_pods(obs.pods, attempt, status["replicas"])
 
+    blocked_names = ownership.plan_foreign_pods(obs, plan)
     if c.is_terminal(status.get("phase")):
         _finish(obs, spec, status, pods, plan)
         return status
-    _delete_stale(obs, settings, pods, plan)
+    _delete_stale(obs, settings, status, pods, plan)
     plan.delete_podgroups = [
         g["metadata"]["name"]
         for g in obs.podgroups
@@ -213,10 +217,12 @@ def _plan_steps(
         return new_status
 
     if not obs.service_exists:
+        if ownership.service_conflict(obs, status, plan):
+            return status
         plan.create_service = build_service(ref, spec)
     if spec.network_policy and not obs.network_policy_exists:
         plan.create_network_policy = build_network_policy(ref)
-    if _create_missing(obs, ref, spec, status, pods, plan):
+    if _create_missing(obs, ref, spec, status, pods, plan, blocked_names):
         return status
     launched_now = _launched(obs, settings, status, pods, plan)
     _readiness(obs, settings, spec, status, pods, plan, launched_now)
@@ -272,23 +278,43 @@ def _finish(obs: Observed, spec: JobSpec, status: JobStatus, pods: SortedPods, p
 
 
 # --- 3. earlier attempts --------------------------------------------------------------------------------------
-def _delete_stale(obs: Observed, settings: PlannerSettings, pods: SortedPods, plan: Plan) -> None:
+def _delete_stale(obs: Observed, settings: PlannerSettings, status: JobStatus, pods: SortedPods, plan: Plan) -> None:
+    stuck = []
     for pod in pods.stale:
         name = pod["metadata"]["name"]
         if tracked(pod):
             plan.release_pods.append(name)
-        deleting = parse_time(pod["metadata"].get("deletionTimestamp"))
-        if deleting is None:
+        if not pod["metadata"].get("deletionTimestamp"):
             plan.delete_pods.append(name)
             continue
-        node = pod.get("spec", {}).get("nodeName")
-        node_down = not node or not failures.node_ready(obs.nodes.get(node))[0]
-        overdue = (obs.now - deleting).total_seconds() - settings.terminating_grace_seconds
-        # Nobody will confirm the deletion of a pod on a dead node: without this the job waits forever.
-        if node_down or overdue >= 0:
+        node = obs.nodes.get((pod.get("spec") or {}).get("nodeName") or "")
+        verdict = termination.judge_terminating(
+            pod, node, obs.now, settings.terminating_grace_seconds, settings.unreachable_force_delete_seconds
+        )
+        if verdict.force:
             plan.force_delete_pods.append(name)
-        else:
-            plan.requeue(-overdue)
+        if verdict.stuck:
+            stuck.append(f"pod {name} is still Terminating: {verdict.why}")
+        if verdict.wait is not None:
+            plan.requeue(verdict.wait)
+    _report_stuck(obs, status, stuck, plan)
+
+
+def _report_stuck(obs: Observed, status: JobStatus, stuck: list[str], plan: Plan) -> None:
+    """Old pods the operator will not force-delete (termination.py), said once per change."""
+    conditions = status.get("conditions") or []
+    if not stuck:
+        message = "no pod of an earlier attempt is stuck Terminating"
+        status["conditions"] = c.clear_condition(conditions, termination.STUCK_CONDITION, "Gone", message, obs.now)
+        return
+    message = "; ".join(stuck)
+    shown = c.find_condition(conditions, termination.STUCK_CONDITION)
+    if shown is None or shown.get("status") != "True" or shown.get("message") != message:
+        plan.event(WARNING, "PodsStuckTerminating", message)
+        plan.observe("pods_stuck_terminating", len(stuck))
+    status["conditions"] = c.set_condition(
+        conditions, termination.STUCK_CONDITION, "True", "StuckTerminating", message, obs.now
+    )
 
 
 # --- 4. deadline, suspend, rescale ----------------------------------------------------------------------------
@@ -458,6 +484,10 @@ def _failure_policy(
     found = current_failures(obs, settings, spec, status, pods, plan)
     if not found:
         return None
+    settling = failures.deletion_settling(found, obs.now)
+    if settling is not None:
+        plan.requeue(settling)  # the job's or the namespace's own deletion may be about to show: decide nothing
+        return status
     cause = failures.root_cause(found)
     budget = RestartBudget(limit=spec.run_policy.backoff_limit, used=status.get("restarts", 0))
     decision = decide_restart(spec.restart_policy, cause, budget)
@@ -516,8 +546,11 @@ def _success_policy(obs: Observed, status: JobStatus, pods: SortedPods, plan: Pl
 
 
 # --- 6. create ------------------------------------------------------------------------------------------------
-def _create_missing(obs: Observed, ref: JobRef, spec: JobSpec, status: JobStatus, pods: SortedPods, plan: Plan) -> bool:
-    """Plan the missing pods of the current attempt; True when this pass creates (or waits to create) some."""
+def _create_missing(
+    obs: Observed, ref: JobRef, spec: JobSpec, status: JobStatus, pods: SortedPods, plan: Plan, blocked: set[str]
+) -> bool:
+    """Plan the missing pods of the current attempt; True when this pass creates (or waits to create) some.
+    `blocked`: names still held by a pod that is not this job's and is going away (ownership.py)."""
     attempt, replicas = status["attempt"], status["replicas"]
     missing = [i for i in range(replicas) if i not in pods.current]
     if not missing:
@@ -537,6 +570,9 @@ def _create_missing(obs: Observed, ref: JobRef, spec: JobSpec, status: JobStatus
         # The old group must be gone first: pod names are reused across attempts, an old rank must never reach
         # the new rendezvous, and the job never has more pods than replicas (their deletion wakes us up).
         plan.requeue(1.0)
+        return True
+    if any(api.worker_name(ref.name, index) in blocked for index in missing):
+        plan.requeue(ownership.WAITING_FOR_OLD_PODS_SECONDS)  # an earlier job's pods of these names are going
         return True
     podgroup = None
     if status.get("placement") == gang.GANG:

@@ -67,5 +67,5 @@ def mark_created(obs: Observed, status: JobStatus) -> None:
         return
     message = f"all {status['replicas']} pods of attempt {status['attempt']} exist"
     status["conditions"] = c.set_condition(conditions, CREATED_CONDITION, "True", "Created", message, obs.now)
-    if status.get("reason") == RETRY_REASON:
+    if status.get("reason") == shown.get("reason"):  # FailedCreate, or ownership.py's ServiceConflict
         status["reason"] = "Created"

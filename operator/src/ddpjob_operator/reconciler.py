@@ -9,11 +9,13 @@ import logging
 import time
 
 from kubernetes import client
+from kubernetes.client.exceptions import ApiException
 
 from . import api, metrics
 from .applier import ApplyResult, PlanApplier
 from .expectations import Expectations, view_of
-from .plan import Observed, Plan, PodRefusal
+from .kube import reason_of, status_of
+from .plan import Observed, Plan, PodRefusal, ServiceConflict
 from .planner import PlannerSettings, plan_reconcile, plan_release_orphans
 from .progress import ProgressScraper
 from .timefmt import utcnow
@@ -24,6 +26,13 @@ log = logging.getLogger("ddpjob.reconciler")
 Key = tuple[str, str]  # (namespace, name)
 
 CONFLICT_RETRY_SECONDS = 0.2
+# The API server's 403 for any create in a namespace being deleted ("unable to create new content in namespace X
+# because it is being terminated").
+TERMINATING_NAMESPACE = "because it is being terminated"
+
+
+def namespace_terminating(exc: ApiException) -> bool:
+    return status_of(exc) == 403 and TERMINATING_NAMESPACE in reason_of(exc)
 
 
 class Reconciler:
@@ -47,10 +56,13 @@ class Reconciler:
         # The latest pod creation the API server refused, per job: an observation for the next pass's planner,
         # which decides what it means (pod_rejection.py). Lost on restart, and then simply observed again.
         self.refusals: dict[Key, PodRefusal] = {}
+        # The same for a Service of the job's name that the job does not control (ownership.py).
+        self.service_conflicts: dict[Key, ServiceConflict] = {}
 
     def forget(self, key: Key) -> None:
         self.waiting_for_room.discard(key)
         self.refusals.pop(key, None)
+        self.service_conflicts.pop(key, None)
         self.phases.set(key, None)
         self.progress.forget(key)
         self.expectations.forget(key)
@@ -74,9 +86,23 @@ class Reconciler:
         if obs is None:
             return await self._release_orphans(key)
         progress, since = self.progress.observe(key, obs)
-        obs = dataclasses.replace(obs, progress=progress, progress_since=since, refusal=self.refusals.get(key))
+        obs = dataclasses.replace(
+            obs,
+            progress=progress,
+            progress_since=since,
+            refusal=self.refusals.get(key),
+            service_conflict=self.service_conflicts.get(key),
+        )
         plan = plan_reconcile(obs, self.settings)
-        result = await asyncio.to_thread(self.applier.apply, obs, plan)
+        try:
+            result = await asyncio.to_thread(self.applier.apply, obs, plan)
+        except ApiException as exc:
+            if not namespace_terminating(exc):
+                raise
+            # Nothing can be created there any more, and the pods are going with the namespace: not a failure.
+            log.info("namespace is being deleted; releasing the job's pods", extra={"job": f"{key[0]}/{key[1]}"})
+            self.cache.learn_terminating(key[0])
+            return 0.0
         return self._after(key, obs, plan, result)
 
     async def _release_orphans(self, key: Key) -> float | None:
@@ -97,7 +123,18 @@ class Reconciler:
             if plan.delete_job:
                 log.info("deleted job after ttlSecondsAfterFinished", extra=fields)
             return None
+        if result.service_conflict is not None:
+            if key not in self.service_conflicts:
+                log.warning(result.service_conflict, extra=fields)
+            self.service_conflicts[key] = ServiceConflict(result.service_conflict, obs.now)
+            return 0.0
+        if plan.create_service is not None:
+            self.service_conflicts.pop(key, None)
         if result.rejected:
+            if any(code == 403 and TERMINATING_NAMESPACE in message for _, code, message in result.rejected):
+                log.info("namespace is being deleted; releasing the job's pods", extra=fields)
+                self.cache.learn_terminating(key[0])
+                return 0.0
             return self._refused(key, obs, result, int(status.get("attempt", 0)), fields)
         if result.created_pods:
             self.refusals.pop(key, None)

@@ -9,7 +9,8 @@ and dicts of lists in unit tests."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import time
+from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime
 from typing import Any
 
@@ -69,6 +70,7 @@ def slim_pod(body: Mapping[str, Any]) -> dict[str, Any]:
                 "labels",
                 "ownerReferences",
                 "deletionTimestamp",
+                "deletionGracePeriodSeconds",
                 "creationTimestamp",
                 "finalizers",
                 "resourceVersion",
@@ -140,7 +142,20 @@ def worker_request(job_spec: Mapping[str, Any]) -> tuple[Requests, list[dict[str
 
 def child_entry(kind: str, body: Mapping[str, Any]) -> dict[str, Any]:
     meta = body.get("metadata") or {}
-    return {"kind": kind, "name": meta.get("name"), "uid": meta.get("uid")}
+    owner = next((o.get("uid") for o in meta.get("ownerReferences") or [] if o.get("controller")), None)
+    return {"kind": kind, "name": meta.get("name"), "uid": meta.get("uid"), "owner": owner}
+
+
+def namespace_terminating(body: Mapping[str, Any]) -> bool:
+    return (
+        bool((body.get("metadata") or {}).get("deletionTimestamp"))
+        or (body.get("status") or {}).get("phase") == "Terminating"
+    )
+
+
+# A namespace the API server called terminating (403 on a create) is taken as such this long, until the namespace
+# watch shows it: the watch decides after that (a namespace re-created under the same name is a new one).
+LEARNT_TERMINATING_SECONDS = 60.0
 
 
 def controlled_by(pod: Mapping[str, Any], uid: str) -> bool:
@@ -158,6 +173,8 @@ class WatchCache:
         children: Iterable[IndexView],
         bound_pods: IndexView | None = None,
         podgroups: IndexView | None = None,
+        namespaces: IndexView | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ):
         self.jobs = jobs  # (ns, name) -> [job]
         self.pods = pods  # (ns, job-name label) -> [pod]
@@ -165,6 +182,26 @@ class WatchCache:
         self.children = list(children)  # each: (ns, job-name label) -> [Service or NetworkPolicy entry]
         self.bound_pods = bound_pods if bound_pods is not None else {}  # node name -> [(uid, requests)]
         self.podgroups = podgroups  # (ns, job-name label) -> [PodGroup]; None: gang scheduling is off
+        self.namespaces = namespaces if namespaces is not None else {}  # name -> [terminating?]
+        self.clock = clock
+        self.learnt_terminating: dict[str, float] = {}  # namespace -> when the API server said so
+
+    def learn_terminating(self, namespace: str) -> None:
+        """The API server refused a create because the namespace is being deleted: believe it before the
+        namespace watch says so."""
+        self.learnt_terminating[namespace] = self.clock()
+
+    def terminating(self, namespace: str) -> bool:
+        """The namespace is being deleted: its jobs are going, and nothing of theirs may be created."""
+        if any(_values(self.namespaces, namespace)):
+            return True
+        learnt = self.learnt_terminating.get(namespace)
+        if learnt is None:
+            return False
+        if self.clock() - learnt < LEARNT_TERMINATING_SECONDS:
+            return True
+        del self.learnt_terminating[namespace]
+        return False
 
     def capacity(self, job: Mapping[str, Any], own: set[str]) -> int | None:
         """Pods of this elastic job's shape the nodes hold now, counting its own pods' room; None for a rigid job."""
@@ -176,7 +213,12 @@ class WatchCache:
         return pods_that_fit(nodes, bound, own, request, tolerations, selector)
 
     def job(self, key: Key) -> dict[str, Any] | None:
-        return _first(self.jobs, key)
+        """The job of this name. Two objects can share a key for a moment (a job deleted and re-created under its
+        name, the old one's DELETED event not seen yet): only the newest can exist on the server."""
+        jobs = _values(self.jobs, key)
+        if len(jobs) <= 1:
+            return jobs[0] if jobs else None
+        return max(jobs, key=lambda j: (j["metadata"].get("creationTimestamp") or "", _version(j)))
 
     def job_keys(self) -> list[Key]:
         return list(self.jobs)
@@ -184,23 +226,35 @@ class WatchCache:
     def pods_of(self, key: Key) -> list[dict[str, Any]]:
         return list(self.pods[key]) if key in self.pods else []
 
-    def child_kinds(self, key: Key, name: str) -> set[str]:
-        return {e["kind"] for index in self.children if key in index for e in index[key] if e.get("name") == name}
+    def child_kinds(self, key: Key, name: str, owner: str | None = None) -> set[str]:
+        """Kinds of the children named `name` under this job's label (only those `owner` controls, if given)."""
+        return {
+            e["kind"]
+            for index in self.children
+            if key in index
+            for e in index[key]
+            if e.get("name") == name and (owner is None or e.get("owner") == owner)
+        }
 
     def observe(self, key: Key, now: datetime) -> Observed | None:
         """The job's world as the watches last saw it; None when the job is gone or being deleted."""
         job = self.job(key)
-        if job is None or job["metadata"].get("deletionTimestamp"):
+        if job is None or job["metadata"].get("deletionTimestamp") or self.terminating(key[0]):
             return None
         uid = job["metadata"]["uid"]
-        # Only pods this job controls: a user's pod that borrows the label is not ours to count or delete.
-        pods = [p for p in self.pods_of(key) if controlled_by(p, uid)]
+        # Only pods this job controls: a user's pod that borrows the label is not ours to count or delete. The
+        # others under the label (an earlier job's of the same name, mostly) are "foreign": the planner frees the
+        # ones that carry our tracking finalizer and waits for the names it needs.
+        pods: list[dict[str, Any]] = []
+        foreign: list[dict[str, Any]] = []
+        for pod in self.pods_of(key):
+            (pods if controlled_by(pod, uid) else foreign).append(pod)
         nodes = {}
         for name in sorted({p["spec"].get("nodeName") for p in pods} - {None, ""}):
             node = _first(self.nodes, name)
             if node is not None:
                 nodes[name] = node
-        kinds = self.child_kinds(key, key[1])
+        kinds = self.child_kinds(key, key[1], owner=uid)
         wants_policy = bool((job.get("spec") or {}).get("networkPolicy"))
         podgroups = []
         if self.podgroups is not None and key in self.podgroups:
@@ -214,6 +268,7 @@ class WatchCache:
             network_policy_exists=not wants_policy or NETWORK_POLICY in kinds,
             gang=self.podgroups is not None,
             podgroups=podgroups,
+            foreign_pods=foreign,
             capacity=self.capacity(job, {p["metadata"]["uid"] for p in pods}),
         )
 
@@ -221,8 +276,20 @@ class WatchCache:
         """Pods under this job's label that no live job controls: the job was deleted (or re-created under a new
         uid). Their tracking finalizer is released so the garbage collector can remove them."""
         job = self.job(key)
-        live_uid = None if job is None or job["metadata"].get("deletionTimestamp") else job["metadata"]["uid"]
+        live = job is not None and not job["metadata"].get("deletionTimestamp") and not self.terminating(key[0])
+        live_uid = job["metadata"]["uid"] if live and job is not None else None
         return [p for p in self.pods_of(key) if live_uid is None or not controlled_by(p, live_uid)]
+
+
+def _values(index: IndexView, key: Any) -> list[Any]:
+    return list(index[key]) if key in index else []
+
+
+def _version(obj: Mapping[str, Any]) -> int:
+    try:
+        return int(obj["metadata"].get("resourceVersion") or 0)
+    except ValueError:
+        return 0
 
 
 def _first(index: IndexView, key: Any) -> dict[str, Any] | None:
