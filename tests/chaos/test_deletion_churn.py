@@ -92,10 +92,10 @@ class DeletionChurn(threading.Thread):
         name = "churn"
         job = self.custom.create_namespaced_custom_object(GROUP, VERSION, self.ns, PLURAL, side_job(name))
         uid = job["metadata"]["uid"]
-        if self.wait(lambda: self.own_pods_running(self.ns, name, uid), 120,
-                     f"cycle {self.cycles}: re-created job {name} running its own pods"):
-            self.custom.delete_namespaced_custom_object(GROUP, VERSION, self.ns, PLURAL, name)
-            time.sleep(self.rng.random() * 1.5)  # re-created at once or a moment later
+        self.wait(lambda: self.own_pods_running(self.ns, name, uid), 120,
+                  f"cycle {self.cycles}: re-created job {name} running its own pods")
+        self.custom.delete_namespaced_custom_object(GROUP, VERSION, self.ns, PLURAL, name)
+        time.sleep(self.rng.random() * 1.5)  # re-created at once or a moment later
         self.cycles += 1
 
     def namespace_cycle(self, ns: str) -> None:

@@ -207,3 +207,20 @@ def test_an_unplaceable_pod_without_a_gang_is_reported_too():
     plan = plan_with(job, pods, gang=False)
     placed = next(c for c in plan.status["conditions"] if c["type"] == "PodsPlaced")
     assert placed["status"] == "False" and "Insufficient" in placed["message"]
+
+
+def test_a_podgroup_of_the_name_held_by_an_earlier_job_is_waited_for():
+    """Deleted and re-created under its name: the earlier job's gang `a-0` is still being removed. Pods pointing at
+    it would follow the wrong gang, then wait for ever once it is gone."""
+    obs = dataclasses.replace(observe(make_job("a").replicas(2).build(), [], None, True, NOW), gang=True,
+                              foreign_podgroups=["a-0"])
+    plan = plan_reconcile(obs, SETTINGS)
+    assert (plan.create_podgroup, plan.create_pods, plan.requeue_after) == (None, [], 1.0)
+
+
+def test_a_podgroup_deleted_under_its_pods_is_created_again():
+    job = make_job("a").replicas(2).running()
+    plan = plan_with(job, running_pods("a", 2), podgroups=[])
+    assert plan.create_podgroup["metadata"]["name"] == "a-0"
+    assert plan.create_pods == []
+    assert plan_with(job, running_pods("a", 2), podgroups=[podgroup("a-0", 0)]).create_podgroup is None

@@ -46,6 +46,7 @@ class Observed:
     network_policy_exists: bool = True  # only read when spec.networkPolicy asks for one
     gang: bool = False  # the cluster serves PodGroups and the operator uses them (gang.py)
     podgroups: list[dict[str, Any]] = field(default_factory=list)  # the job's PodGroups, every attempt
+    foreign_podgroups: list[str] = field(default_factory=list)  # names of PodGroups under its label it does not own
     # Pods of this job's shape the cluster can place now, counting the room of its own pods (capacity.py); None
     # for a rigid job, whose size never depends on it.
     capacity: int | None = None

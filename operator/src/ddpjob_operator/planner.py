@@ -553,8 +553,17 @@ def _create_missing(
     `blocked`: names still held by a pod that is not this job's and is going away (ownership.py)."""
     attempt, replicas = status["attempt"], status["replicas"]
     missing = [i for i in range(replicas) if i not in pods.current]
+    podgroup = gang.podgroup_name(ref.name, attempt) if status.get("placement") == gang.GANG else None
+    if podgroup is not None and podgroup in obs.foreign_podgroups:
+        # An earlier job of this name still has a PodGroup of that name (the garbage collector is removing it):
+        # pods pointing at it would follow the wrong gang, then wait for ever once it is gone.
+        plan.requeue(ownership.WAITING_FOR_OLD_PODS_SECONDS)
+        return True
     if not missing:
         pod_rejection.mark_created(obs, status)
+        if podgroup is not None and pods.current and not _has_podgroup(obs, podgroup):
+            # Deleted under its pods (by someone): they would wait unplaced for ever. The same group again.
+            plan.create_podgroup = build_podgroup(ref, podgroup, replicas, attempt)
         return False
     not_before = parse_time(status.get("nextAttemptTime"))
     if not_before is not None and obs.now < not_before:
@@ -574,11 +583,8 @@ def _create_missing(
     if any(api.worker_name(ref.name, index) in blocked for index in missing):
         plan.requeue(ownership.WAITING_FOR_OLD_PODS_SECONDS)  # an earlier job's pods of these names are going
         return True
-    podgroup = None
-    if status.get("placement") == gang.GANG:
-        podgroup = gang.podgroup_name(ref.name, attempt)
-        if not any(g["metadata"]["name"] == podgroup for g in obs.podgroups):
-            plan.create_podgroup = build_podgroup(ref, podgroup, replicas, attempt)
+    if podgroup is not None and not _has_podgroup(obs, podgroup):
+        plan.create_podgroup = build_podgroup(ref, podgroup, replicas, attempt)
     for index in missing:
         plan.create_pods.append(
             build_worker_pod(
@@ -595,6 +601,10 @@ def _create_missing(
     # loses nothing: their finalizers keep them visible until then.
     plan.defer_status = True
     return True
+
+
+def _has_podgroup(obs: Observed, name: str) -> bool:
+    return any(g["metadata"]["name"] == name and not g["metadata"].get("deletionTimestamp") for g in obs.podgroups)
 
 
 def _launched(obs: Observed, settings: PlannerSettings, status: JobStatus, pods: SortedPods, plan: Plan) -> bool:

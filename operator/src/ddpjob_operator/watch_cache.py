@@ -256,9 +256,13 @@ class WatchCache:
                 nodes[name] = node
         kinds = self.child_kinds(key, key[1], owner=uid)
         wants_policy = bool((job.get("spec") or {}).get("networkPolicy"))
-        podgroups = []
+        podgroups, foreign_podgroups = [], []
         if self.podgroups is not None and key in self.podgroups:
-            podgroups = [g for g in self.podgroups[key] if controlled_by(g, uid)]
+            for group in self.podgroups[key]:
+                if controlled_by(group, uid):
+                    podgroups.append(group)
+                else:
+                    foreign_podgroups.append(group["metadata"]["name"])
         return Observed(
             job=job,
             pods=pods,
@@ -268,6 +272,7 @@ class WatchCache:
             network_policy_exists=not wants_policy or NETWORK_POLICY in kinds,
             gang=self.podgroups is not None,
             podgroups=podgroups,
+            foreign_podgroups=foreign_podgroups,
             foreign_pods=foreign,
             capacity=self.capacity(job, {p["metadata"]["uid"] for p in pods}),
         )
