@@ -88,12 +88,14 @@ def run_case(cluster: BenchCluster, api: client.ApiClient, party_name: str, how:
     if running is None:
         raise RuntimeError(f"{party_name}: {a.jobs} jobs not Running in {a.timeout_seconds}s")
     say(f"{party_name}: {a.jobs} jobs x {PODS} pods Running; deleting ({how})")
+    started = time.monotonic()  # the delete call itself counts (a collection delete answers in seconds)
     if how == "namespace":
         _ = core.delete_namespace(namespace, _preload_content=False).data
-        took = wait(lambda: gone(core, namespace), a.timeout_seconds, f"{party_name}: namespace deletion")
+        done = wait(lambda: gone(core, namespace), a.timeout_seconds, f"{party_name}: namespace deletion")
     else:
         custom.delete_collection_namespaced_custom_object("ddpjob.dev", "v1alpha1", namespace, "ddpjobs")
-        took = wait(lambda: not core.list_namespaced_pod(namespace).items, a.timeout_seconds, f"{party_name}: pods")
+        done = wait(lambda: not core.list_namespaced_pod(namespace).items, a.timeout_seconds, f"{party_name}: pods")
+    took = None if done is None else time.monotonic() - started
     restarts = restarts_counted(party) if party_name == "operator" else 0.0
     party.stop()
     if not gone(core, namespace):

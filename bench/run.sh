@@ -10,7 +10,8 @@
 #   BENCH_TRAINER_STEPS=30 BENCH_TRAINER_REPEATS=5   world 1 vs 2 scaling: steps per repeat, repeats
 #   BENCH_NODES=250                   kwok nodes (x 8 GPUs) of the throw-away cluster
 #   BENCH_GANG_JOBS=12 BENCH_GANG_NODES=8   gang contention: 4 x 8-GPU jobs submitted at once, kwok nodes x 8 GPUs
-#   BENCH_SKIP="local"                any of: trainer scale gang local (skip those parts)
+#   BENCH_DELETION_JOBS=100           deletion: running 2-pod jobs in the namespace deleted
+#   BENCH_SKIP="local"                any of: trainer scale gang deletion local (skip those parts)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 py="$root/.venv/bin/python"
@@ -49,6 +50,12 @@ if ! skip gang; then
   say "gang placement under contention: ${BENCH_GANG_JOBS:-12} jobs x 4 pods x 8 GPUs on ${BENCH_GANG_NODES:-8} kwok nodes, gang on vs off"
   "$py" "$root/bench/gang_contention.py" --out "$results/gang_contention.json" --jobs "${BENCH_GANG_JOBS:-12}" \
     --nodes "${BENCH_GANG_NODES:-8}"
+fi
+
+if ! skip deletion; then
+  say "deletion: a namespace with ${BENCH_DELETION_JOBS:-100} running 2-pod jobs, and delete ddpj --all, vs bare pods"
+  "$py" "$root/bench/namespace_deletion.py" --out "$results/namespace_deletion.json" \
+    --jobs "${BENCH_DELETION_JOBS:-100}" --nodes 30
 fi
 
 if ! skip local; then
