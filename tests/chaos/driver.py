@@ -180,10 +180,11 @@ class WorkloadDriver:
             status = view.status if view else {}
             got_reason = "Succeeded" if status.get("phase") == "Succeeded" else next(
                 (c.get("reason") for c in status.get("conditions") or [] if c.get("type") == "Failed"), None)
-            got = (status.get("phase"), got_reason, status.get("restarts"))
-            if got != (want.phase, want.reason, want.restarts):
+            got = (status.get("phase"), got_reason, status.get("restarts"), status.get("platformRestarts", 0))
+            if got != (want.phase, want.reason, want.restarts, want.platform_restarts):
                 faults = ", ".join(x.label() for x in run.script.faults)
                 self.rec.violation(
                     f"job {run.script.name} ({run.script.policy}, backoffLimit {run.script.backoff_limit}, "
                     f"faults [{faults}], injected {run.injected}): want {want.phase}/{want.reason}/restarts "
-                    f"{want.restarts}, got {got[0]}/{got[1]}/restarts {got[2]}")
+                    f"{want.restarts}/platform {want.platform_restarts}, got {got[0]}/{got[1]}/restarts {got[2]}"
+                    f"/platform {got[3]}")

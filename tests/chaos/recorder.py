@@ -19,7 +19,7 @@ GROUP, VERSION, PLURAL = "ddpjob.dev", "v1alpha1", "ddpjobs"
 LABEL_JOB = LABEL_JOB_NAME
 TERMINAL = ("Succeeded", "Failed")
 # Counters that only ever grow over a job's life.
-MONOTONIC = ("attempt", "restarts", "launchedAttempt", "observedGeneration")
+MONOTONIC = ("attempt", "restarts", "platformRestarts", "launchedAttempt", "observedGeneration")
 
 
 @dataclass

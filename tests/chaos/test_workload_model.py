@@ -12,13 +12,19 @@ E1, E3, E137, EVICT, DEL, NODE = (Fault(EXIT_CODE, 1), Fault(EXIT_CODE, 3), Faul
 
 CASES = [
     ("no faults succeeds", "OnFailure", 3, [], Outcome("Succeeded", "Succeeded", 0, 0)),
-    ("OnFailure restarts on any failure", "OnFailure", 3, [E1, EVICT, DEL], Outcome("Succeeded", "Succeeded", 3, 3)),
+    ("OnFailure restarts on any failure", "OnFailure", 3, [E1, EVICT, DEL],
+     Outcome("Succeeded", "Succeeded", 1, 3, 2)),
     ("OnFailure budget exhausted", "OnFailure", 1, [E137, E1], Outcome("Failed", "BackoffLimitExceeded", 1, 2)),
-    ("backoffLimit 0 fails at once", "OnFailure", 0, [DEL], Outcome("Failed", "BackoffLimitExceeded", 0, 1)),
+    ("the platform's failures never spend backoffLimit", "OnFailure", 0, [DEL, EVICT, NODE, Fault(API_EVICTION)],
+     Outcome("Succeeded", "Succeeded", 0, 4, 4)),
+    ("backoffLimit 0 fails at the trainer's first", "OnFailure", 0, [DEL, E1],
+     Outcome("Failed", "BackoffLimitExceeded", 0, 2, 1)),
+    ("platformFailureLimit reached", "OnFailure", 3, [EVICT] * 21,
+     Outcome("Failed", "PlatformFailureLimitExceeded", 0, 21, 20)),
     ("ExitCode: 1-127 is permanent", "ExitCode", 3, [E3], Outcome("Failed", "PermanentExitCode", 0, 1)),
-    ("ExitCode: 128+ and infra retry", "ExitCode", 3, [E137, EVICT, NODE], Outcome("Succeeded", "Succeeded", 3, 3)),
-    ("ExitCode: retryable spend the budget", "ExitCode", 1, [E137, Fault(API_EVICTION)],
-     Outcome("Failed", "BackoffLimitExceeded", 1, 2)),
+    ("ExitCode: 128+ and infra retry", "ExitCode", 3, [E137, EVICT, NODE], Outcome("Succeeded", "Succeeded", 1, 3, 2)),
+    ("ExitCode: signals spend the budget", "ExitCode", 1, [E137, Fault(API_EVICTION), E137],
+     Outcome("Failed", "BackoffLimitExceeded", 1, 3, 1)),
     ("Never fails on the first failure", "Never", 3, [EVICT, E1], Outcome("Failed", "PodFailed", 0, 1)),
 ]
 

@@ -7,17 +7,22 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field
 
-from faults import EXIT_CODE, EXIT_CODES, NODE_LOST, POD_FAULTS, Fault
+from faults import API_EVICTION, DELETION, EXIT_CODE, EXIT_CODES, KUBELET_EVICTION, NODE_LOST, POD_FAULTS, Fault
 
 POLICIES = ("OnFailure", "ExitCode", "Never")
+# The platform's failures (docs/operator.md, failure classes) spend runPolicy.platformFailureLimit (default 20),
+# never backoffLimit; the trainer's (exit codes, signals) spend backoffLimit.
+PLATFORM_FAULTS = (KUBELET_EVICTION, API_EVICTION, DELETION, NODE_LOST)
+PLATFORM_FAILURE_LIMIT = 20
 
 
 @dataclass(frozen=True)
 class Outcome:
     phase: str
     reason: str  # reason of the Failed condition, or "Succeeded"
-    restarts: int
+    restarts: int  # the trainer's failures (status.restarts, against backoffLimit)
     faults_used: int  # faults injected before the job is over; later ones in the script never happen
+    platform_restarts: int = 0  # the platform's (status.platformRestarts, against platformFailureLimit)
 
 
 @dataclass
@@ -30,16 +35,21 @@ class JobScript:
     node: str | None = None  # a spare node the job's pods are pinned to (for node-lost faults)
 
     def outcome(self) -> Outcome:
-        restarts = 0
+        restarts = platform = 0
         for used, fault in enumerate(self.faults, start=1):
             if self.policy == "Never":
-                return Outcome("Failed", "PodFailed", restarts, used)
+                return Outcome("Failed", "PodFailed", restarts, used, platform)
             if self.policy == "ExitCode" and not fault.retryable_under_exit_code_policy():
-                return Outcome("Failed", "PermanentExitCode", restarts, used)
+                return Outcome("Failed", "PermanentExitCode", restarts, used, platform)
+            if fault.kind in PLATFORM_FAULTS:  # evictions, deletions, lost nodes: their own budget
+                if platform >= PLATFORM_FAILURE_LIMIT:
+                    return Outcome("Failed", "PlatformFailureLimitExceeded", restarts, used, platform)
+                platform += 1
+                continue
             if restarts >= self.backoff_limit:
-                return Outcome("Failed", "BackoffLimitExceeded", restarts, used)
+                return Outcome("Failed", "BackoffLimitExceeded", restarts, used, platform)
             restarts += 1
-        return Outcome("Succeeded", "Succeeded", restarts, len(self.faults))
+        return Outcome("Succeeded", "Succeeded", restarts, len(self.faults), platform)
 
     def open_for_more(self) -> bool:
         """Whether one more retryable fault would still be injected (the job has not ended before it)."""

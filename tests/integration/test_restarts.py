@@ -95,8 +95,8 @@ def test_deleted_pod_restarts_the_group(kube, operator):
     kube("delete", "pod", "del-worker-0", "--wait=false")
     kube.running_pods("del", attempt=1, n=2)
     status = kube.wait_phase("del", "Running")
-    assert status["restarts"] == 1
-    assert status["lastFailure"]["kind"] == "Deleted"
+    assert (status["restarts"], status["platformRestarts"]) == (0, 1)  # someone else's deletion: the platform's
+    assert (status["lastFailure"]["kind"], status["lastFailure"]["failureClass"]) == ("Deleted", "Platform")
 
 
 def test_job_succeeds_when_all_pods_succeed(kube, operator):
@@ -155,10 +155,70 @@ def test_pod_stuck_terminating_on_a_notready_node_is_force_deleted_and_replaced(
     # sits Terminating until the operator force-deletes it; then attempt 1's pod (same name) is created.
     status = kube.wait_status("nl", lambda s: s.get("attempt") == 1 and s.get("launchedAttempt") == 1, timeout=60,
                               what="attempt 1 launched")
-    assert status["restarts"] == 1
-    assert status["lastFailure"]["kind"] == "NodeLost"
+    assert (status["restarts"], status["platformRestarts"]) == (0, 1)
+    assert (status["lastFailure"]["kind"], status["lastFailure"]["failureClass"]) == ("NodeLost", "Platform")
     assert status["lastFailure"]["message"] == f"node {spare_node} is not Ready"
     pods = kube.pods("nl")
     assert [(p["metadata"]["labels"]["ddpjob.dev/restart-attempt"], p["metadata"]["uid"] != old_uid)
             for p in pods] == [("1", True)]
     assert "force-deleted pod" in operator.log()
+
+
+def test_evictions_and_lost_nodes_never_spend_the_trainers_budget(kube, operator, cluster, spare_node):
+    """5 evictions (the eviction API: DisruptionTarget) and 2 node losses on a job with backoffLimit 1: it keeps
+    running, and each count is right; then the trainer's own exit 1 twice fails it at backoffLimit, as before."""
+    job = ddpjob("wx", replicas=1, gpus=8, runPolicy={"backoffLimit": 1})
+    job["spec"]["template"]["spec"]["nodeName"] = spare_node  # bound directly: the test plays its kubelet
+    kube.apply(job)
+
+    def running_attempt(attempt: int) -> dict:
+        wait_until(lambda: [p for p in kube.pods("wx") if p["metadata"]["labels"]["ddpjob.dev/restart-attempt"]
+                            == str(attempt) and not p["metadata"].get("deletionTimestamp")],
+                   timeout=60, what=f"attempt {attempt}'s pod")
+        mark_running(kube, "wx-worker-0")
+        return kube.wait_status("wx", lambda s: s.get("phase") == "Running" and s.get("attempt") == attempt,
+                                timeout=60, what=f"attempt {attempt} Running")
+
+    def finish_old_pod() -> None:
+        # No kubelet on the spare node: confirm the old pod's end as one would, so the next attempt can start.
+        for pod in kube.pods("wx"):
+            if pod["metadata"].get("deletionTimestamp"):
+                kube("delete", "pod", pod["metadata"]["name"], "--grace-period=0", "--force", check=False)
+
+    attempt = 0
+    running_attempt(attempt)
+    for _ in range(5):
+        kube("create", "-f", "-", "--raw", f"/api/v1/namespaces/{kube.ns}/pods/wx-worker-0/eviction",
+             input=json.dumps({"apiVersion": "policy/v1", "kind": "Eviction",
+                               "metadata": {"name": "wx-worker-0", "namespace": kube.ns}}))
+        kube.wait_status("wx", lambda s, a=attempt: s.get("attempt") == a + 1, timeout=60, what="restart")
+        finish_old_pod()
+        attempt += 1
+        running_attempt(attempt)
+    for _ in range(2):
+        set_node_ready(cluster, spare_node, False)
+        kube.wait_status("wx", lambda s, a=attempt: s.get("attempt") == a + 1, timeout=60, what="restart")
+        set_node_ready(cluster, spare_node, True)
+        finish_old_pod()
+        attempt += 1
+        running_attempt(attempt)
+    status = kube.status("wx")
+    assert (status["phase"], status["restarts"], status["platformRestarts"]) == ("Running", 0, 7)
+    assert status["lastFailure"]["failureClass"] == "Platform"
+
+    for _ in range(2):
+        kube.fail_pod("wx-worker-0", exit_code=1)
+        if kube.status("wx").get("phase") == "Failed":
+            break
+        kube.wait_status("wx", lambda s, a=attempt: s.get("attempt") == a + 1 or s.get("phase") == "Failed",
+                         timeout=60, what="the trainer's failure decided")
+        if kube.status("wx").get("phase") == "Failed":
+            break
+        finish_old_pod()
+        attempt += 1
+        running_attempt(attempt)
+    status = kube.wait_phase("wx", "Failed", timeout=60)
+    assert (status["restarts"], status["platformRestarts"]) == (1, 7)
+    failed = next(c for c in status["conditions"] if c["type"] == "Failed")
+    assert failed["reason"] == "BackoffLimitExceeded"
+    assert status["lastFailure"]["failureClass"] == "Trainer"

@@ -160,9 +160,9 @@ def test_a_lost_node_restarts_an_elastic_group_at_the_size_that_still_fits_and_c
     nodes = [make_node("n0"), make_node("n1"), make_node("lost", ready=False, since=60)]
     plan = plan_with(job, pods, nodes=nodes, capacity=2)
     s = plan.status
-    assert (s["phase"], s["restarts"], s["replicas"], s["desiredReplicas"], s["sizeText"]) == (
+    assert (s["phase"], s["platformRestarts"], s["replicas"], s["desiredReplicas"], s["sizeText"]) == (
         "Restarting",
-        1,
+        1,  # the platform's failure: backoffLimit is untouched
         2,
         3,
         "2/3",

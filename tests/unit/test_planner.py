@@ -107,7 +107,10 @@ def test_failure_policy(name, policy, backoff_limit, restarts, pod, want_phase, 
     assert (plan.create_pods, plan.delete_pods) == ([], [])
     assert plan.requeue_after == 0
     if want_phase == "Restarting":
-        assert s["restarts"] == restarts + 1
+        platform = want_reason in ("Evicted", "Deleted", "NodeLost")
+        # The platform's failures spend platformFailureLimit, never backoffLimit (failure_class.py).
+        assert (s["restarts"], s.get("platformRestarts", 0)) == ((restarts, 1) if platform else (restarts + 1, 0))
+        assert s["lastFailure"]["failureClass"] == ("Platform" if platform else "Trainer")
         assert reasons(plan) == ["Restarting"]
     else:
         assert s["completionTime"] == ago(0)
@@ -118,8 +121,8 @@ def test_restart_message_and_last_failure_carry_the_termination_message():
     job = make_job("a").replicas(2).restart_backoff(0).running()
     pods = [make_pod("a", 0).build(), make_pod("a", 1).failed(3, message="CUDA error: out of memory").build()]
     s = plan_for(job, pods).status
-    assert s["lastFailure"] == {"pod": "a-worker-1", "kind": "ExitCode", "exitCode": 3, "reason": "Error",
-                                "message": "CUDA error: out of memory", "time": ago(5)}
+    assert s["lastFailure"] == {"pod": "a-worker-1", "kind": "ExitCode", "failureClass": "Trainer", "exitCode": 3,
+                                "reason": "Error", "message": "CUDA error: out of memory", "time": ago(5)}
     assert s["conditions"][-1]["message"] == ("pod a-worker-1 exited with code 3 (Error): CUDA error: out of "
                                               "memory; restarting the group (1/3)")
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from . import api, failures, gang, ownership, pod_rejection, termination
+from . import api, failure_class, failures, gang, ownership, pod_rejection, termination
 from . import conditions as c
 from .builders import JobRef, build_network_policy, build_podgroup, build_service, build_worker_pod
 from .capacity import GROW, SHRINK, decide_size, size_to_start
@@ -489,11 +489,15 @@ def _failure_policy(
         plan.requeue(settling)  # the job's or the namespace's own deletion may be about to show: decide nothing
         return status
     cause = failures.root_cause(found)
-    budget = RestartBudget(limit=spec.run_policy.backoff_limit, used=status.get("restarts", 0))
-    decision = decide_restart(spec.restart_policy, cause, budget)
+    kind = failure_class.class_of(cause)
+    counts, was_reset = failure_class.counts_before(status, obs.now, spec.run_policy.healthy_reset_seconds)
+    budget = RestartBudget(limit=spec.run_policy.backoff_limit, used=counts.trainer)
+    platform = RestartBudget(limit=spec.run_policy.platform_failure_limit, used=counts.platform)
+    decision = decide_restart(spec.restart_policy, cause, budget, platform)
     last_failure: LastFailure = {
         "pod": cause.pod,
         "kind": cause.kind,
+        "failureClass": kind,
         "reason": cause.reason,
         "message": cause.message,
         "time": format_time(cause.at or obs.now),
@@ -504,14 +508,34 @@ def _failure_policy(
         out = _fail(obs, status, plan, decision.reason, decision.message)
         out["lastFailure"] = last_failure
         return out
-    restarts = status.get("restarts", 0) + 1
+    trainer, platform_used = (
+        (counts.trainer + 1, counts.platform)
+        if kind == failure_class.TRAINER
+        else (
+            counts.trainer,
+            counts.platform + 1,
+        )
+    )
     size = _start_size(spec, obs.capacity) if spec.elastic else status["replicas"]
     message = decision.message
+    if was_reset:
+        message += f" (budgets reset: the attempt ran healthy for over {spec.run_policy.healthy_reset_seconds}s)"
     if size != status["replicas"]:
         message += f"; the new group has {size} pods (room for {obs.capacity}), of {spec.replicas} desired"
     out = _sized(c.enter_phase(status, c.RESTARTING, decision.reason, message, obs.now), spec, size)
-    delay = backoff_seconds(spec.run_policy.restart_backoff_seconds, restarts)
-    out.update({"attempt": status["attempt"] + 1, "restarts": restarts, "lastFailure": last_failure})
+    # The backoff grows with the failures of this class: a preemption storm does not slow a trainer bug's retries
+    # down, nor the other way round.
+    delay = backoff_seconds(
+        spec.run_policy.restart_backoff_seconds, trainer if kind == failure_class.TRAINER else platform_used
+    )
+    out.update(
+        {
+            "attempt": status["attempt"] + 1,
+            "restarts": trainer,
+            "platformRestarts": platform_used,
+            "lastFailure": last_failure,
+        }
+    )
     out.setdefault("restartingSince", format_time(obs.now))
     _start_no_sooner(out, obs.now, delay)
     plan.event(WARNING, "Restarting", message)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from . import failures as f
+from .failure_class import PLATFORM, class_of
 
 RESTART = "Restart"
 FAIL = "Fail"
@@ -37,13 +38,30 @@ def permanent_under_exit_code(failure: f.Failure) -> bool:
     return failure.kind == f.EXIT_CODE and failure.exit_code is not None and 1 <= failure.exit_code <= 127
 
 
-def decide_restart(policy: str, failure: f.Failure, budget: RestartBudget) -> RestartDecision:
+def decide_restart(
+    policy: str, failure: f.Failure, budget: RestartBudget, platform: RestartBudget | None = None
+) -> RestartDecision:
+    """`budget` is the trainer's (backoffLimit); `platform` the platform's (platformFailureLimit), spent instead
+    by a failure of the platform class (failure_class.py). Without it every failure spends `budget`."""
     cause = failure.describe()
     if policy == "Never":
         return RestartDecision(FAIL, "PodFailed", f"{cause}; restartPolicy is Never")
     if policy == "ExitCode" and permanent_under_exit_code(failure):
         return RestartDecision(
             FAIL, "PermanentExitCode", f"{cause}; exit codes 1-127 are permanent under restartPolicy ExitCode"
+        )
+    if platform is not None and class_of(failure) == PLATFORM:
+        if platform.exhausted:
+            return RestartDecision(
+                FAIL,
+                "PlatformFailureLimitExceeded",
+                f"{cause}; platformFailureLimit {platform.limit} reached after {platform.used} platform failures",
+            )
+        return RestartDecision(
+            RESTART,
+            failure.kind,
+            f"{cause}; restarting the group (platform failure {platform.used + 1}/{platform.limit}; "
+            f"backoffLimit untouched)",
         )
     # ExitCode's retryable failures spend the same budget as OnFailure (kubeflow #2045 let them loop forever).
     if budget.exhausted:

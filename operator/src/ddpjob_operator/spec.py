@@ -34,6 +34,8 @@ class RunPolicy:
     suspend: bool = False
     restart_backoff_seconds: int = 5
     progress_deadline_seconds: int | None = None
+    platform_failure_limit: int = 20  # failure_class.py: the platform's failures have their own budget
+    healthy_reset_seconds: int = 3600  # both budgets start over after an attempt ran healthy this long (0: never)
 
 
 @dataclass(frozen=True)
@@ -116,6 +118,8 @@ def parse_spec(raw: dict[str, Any]) -> JobSpec:
             suspend=bool(run.get("suspend", False)),
             restart_backoff_seconds=int(run.get("restartBackoffSeconds", 5)),
             progress_deadline_seconds=run.get("progressDeadlineSeconds"),
+            platform_failure_limit=int(run.get("platformFailureLimit", 20)),
+            healthy_reset_seconds=int(run.get("healthyResetSeconds", 3600)),
         ),
         rendezvous=Rendezvous(
             port=int(rdzv.get("port", 29400)),

@@ -21,6 +21,7 @@ class Condition(TypedDict):
 class LastFailure(TypedDict, total=False):
     pod: str
     kind: str  # failures.py: ExitCode, Signal, Evicted, Deleted, NodeLost, NoProgress, Unknown
+    failureClass: str  # failure_class.py: Trainer or Platform
     exitCode: int
     reason: str
     message: str
@@ -49,6 +50,7 @@ class JobStatus(TypedDict, total=False):
     selector: str
     worldSize: int
     restarts: int
+    platformRestarts: int
     attempt: int
     launchedAttempt: int
     nextAttemptTime: str

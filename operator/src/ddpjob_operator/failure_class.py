@@ -1,0 +1,59 @@
+"""Whose failure it was, and which budget it spends (pure).
+
+A multi-day job on a real cluster meets the platform's weather: preemption, drains, evictions, lost nodes, pods
+deleted by someone. None of those says the trainer is broken, and a job that spent `backoffLimit` on them would die
+at its fourth node incident. So failures come in two classes, each with its own budget:
+
+- Trainer: a non-zero exit (ExitCode), killed by a signal or OOMKilled (Signal), no progress (NoProgress), a pod
+  that failed without saying why (Unknown). Budget `runPolicy.backoffLimit` (3), counted in `status.restarts`.
+- Platform: evicted or preempted, by the pod's `DisruptionTarget` condition or the kubelet's `Evicted` (Evicted);
+  deleted by someone else, or gone (Deleted); its node NotReady past the grace, or gone (NodeLost). Budget
+  `runPolicy.platformFailureLimit` (20), counted in `status.platformRestarts`.
+
+The class is read from the pod (its phase, reason, conditions, container state), never guessed from timing.
+
+Both budgets start over after a healthy stretch: when a failure ends an attempt that had been Running (all its pods)
+for at least `runPolicy.healthyResetSeconds` (3600; 0 never resets) and, for a job that reports progress, whose
+step advanced in that attempt, both counts go back to 0 before this failure is counted. A week-long job therefore
+fails only if failures come close together, not because it is long."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from . import conditions as c
+from . import failures as f
+from .status import JobStatus
+from .timefmt import parse_time
+
+TRAINER = "Trainer"
+PLATFORM = "Platform"
+PLATFORM_KINDS = frozenset({f.EVICTED, f.DELETED, f.NODE_LOST})
+
+
+def class_of(failure: f.Failure) -> str:
+    return PLATFORM if failure.kind in PLATFORM_KINDS else TRAINER
+
+
+@dataclass(frozen=True)
+class Counts:
+    trainer: int  # status.restarts
+    platform: int  # status.platformRestarts
+
+
+def counts_before(status: JobStatus, now: datetime, healthy_reset_seconds: int) -> tuple[Counts, bool]:
+    """The counts this failure is added to, and whether the healthy stretch that just ended reset them."""
+    counts = Counts(status.get("restarts", 0), status.get("platformRestarts", 0))
+    if healthy_reset_seconds <= 0 or (counts.trainer == 0 and counts.platform == 0):
+        return counts, False
+    if status.get("phase") != c.RUNNING:
+        return counts, False
+    running = c.find_condition(status.get("conditions") or [], c.RUNNING)
+    since = parse_time(running.get("lastTransitionTime")) if running and running.get("status") == "True" else None
+    if since is None or (now - since).total_seconds() < healthy_reset_seconds:
+        return counts, False
+    progress = status.get("progress")
+    if progress is not None and progress.get("attempt") != status.get("attempt"):
+        return counts, False  # it reports progress, but not in this attempt: no evidence the step advanced
+    return Counts(0, 0), True

@@ -1,0 +1,86 @@
+"""Failure classes, their budgets and the healthy-stretch reset (failure_class.py), through the planner."""
+
+from datetime import timedelta
+
+import pytest
+from job_builders import NOW, ago, make_job, make_node, make_pod, observe
+
+from ddpjob_operator import failures as f
+from ddpjob_operator.failure_class import PLATFORM, TRAINER, class_of, counts_before
+from ddpjob_operator.planner import PlannerSettings, plan_reconcile
+
+SETTINGS = PlannerSettings(node_lost_grace_seconds=30, terminating_grace_seconds=60)
+
+
+@pytest.mark.parametrize("kind, want", [
+    (f.EXIT_CODE, TRAINER), (f.SIGNAL, TRAINER), (f.NO_PROGRESS, TRAINER), (f.UNKNOWN, TRAINER),
+    (f.EVICTED, PLATFORM), (f.DELETED, PLATFORM), (f.NODE_LOST, PLATFORM),
+])
+def test_each_kind_has_its_class(kind, want):
+    assert class_of(f.Failure(pod="p", kind=kind)) == want
+
+
+def job_with(restarts=0, platform=0, backoff=3, platform_limit=20, running_since=600, progress_attempt=None,
+             reset=3600):
+    job = make_job("a").replicas(2).restart_backoff(0).backoff_limit(backoff).running(attempt=restarts + platform,
+                                                                                       restarts=restarts)
+    job.obj["spec"]["runPolicy"].update(platformFailureLimit=platform_limit, healthyResetSeconds=reset)
+    status = job.obj["status"]
+    status["platformRestarts"] = platform
+    status["conditions"] = [{"type": "Running", "status": "True", "reason": "AllPodsRunning", "message": "",
+                             "lastTransitionTime": ago(running_since)}]
+    if progress_attempt is not None:
+        status["progress"] = {"step": 10, "attempt": progress_attempt, "advanceTime": ago(5)}
+    return job
+
+
+def failing(kind: str, attempt: int):
+    pod = make_pod("a", 1, attempt)
+    {"exit": lambda: pod.failed(1), "evicted": pod.evicted, "node": lambda: pod.on_node("dead"),
+     "deleted": lambda: pod.terminating(since=5)}[kind]()
+    return [make_pod("a", 0, attempt).build(), pod.build()]
+
+
+NODES = [make_node("node-0"), make_node("dead", ready=False, since=120)]
+
+
+@pytest.mark.parametrize("name, job, kind, want", [
+    ("exit: the trainer's budget", job_with(), "exit", ("Restarting", 1, 0, "Trainer")),
+    ("eviction: the platform's", job_with(), "evicted", ("Restarting", 0, 1, "Platform")),
+    ("node lost: the platform's", job_with(), "node", ("Restarting", 0, 1, "Platform")),
+    ("deleted: the platform's", job_with(), "deleted", ("Restarting", 0, 1, "Platform")),
+    ("backoffLimit spent: an eviction still restarts", job_with(restarts=3), "evicted", ("Restarting", 3, 1, "Platform")),
+    ("backoffLimit spent: an exit fails", job_with(restarts=3), "exit", ("Failed", 3, 0, "Trainer")),
+    ("platform limit spent: fails", job_with(platform=20), "evicted", ("Failed", 0, 20, "Platform")),
+    ("healthy stretch: both reset, then this one counts", job_with(restarts=3, platform=7, running_since=3700),
+     "exit", ("Restarting", 1, 0, "Trainer")),
+    ("healthy stretch with progress of this attempt: reset", job_with(restarts=3, running_since=3700,
+                                                                      progress_attempt=3), "exit",
+     ("Restarting", 1, 0, "Trainer")),
+    ("long Running but no progress read in this attempt: no reset", job_with(restarts=3, running_since=3700,
+                                                                            progress_attempt=2), "exit",
+     ("Failed", 3, 0, "Trainer")),
+    ("reset off (0)", job_with(restarts=3, running_since=99999, reset=0), "exit", ("Failed", 3, 0, "Trainer")),
+])
+def test_budgets_by_class(name, job, kind, want):
+    attempt = job.obj["status"]["attempt"]
+    s = plan_reconcile(observe(job.build(), failing(kind, attempt), NODES), SETTINGS).status
+    got = (s["phase"], s["restarts"], s.get("platformRestarts", 0), s["lastFailure"]["failureClass"])
+    assert got == want, name
+    failed = next((c for c in s["conditions"] if c["type"] == "Failed"), None)
+    if failed is not None and want[3] == "Platform":
+        assert failed["reason"] == "PlatformFailureLimitExceeded"
+        assert "platformFailureLimit 20 reached after 20 platform failures" in failed["message"]
+
+
+def test_the_reset_says_so_in_the_restart_message():
+    s = plan_reconcile(observe(job_with(restarts=2, running_since=4000).build(), failing("exit", 2), NODES),
+                       SETTINGS).status
+    assert "budgets reset: the attempt ran healthy for over 3600s" in s["conditions"][-1]["message"]
+
+
+def test_counts_before_only_resets_a_running_attempt():
+    status = job_with(restarts=2, running_since=4000).obj["status"]
+    assert counts_before({**status, "phase": "Pending"}, NOW, 3600)[1] is False
+    assert counts_before(status, NOW, 3600)[1] is True
+    assert counts_before(status, NOW - timedelta(seconds=600), 3600)[1] is False
