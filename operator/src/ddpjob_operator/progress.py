@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-import urllib.request
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
@@ -14,6 +13,7 @@ from typing import Any
 from prometheus_client.parser import text_string_to_metric_families
 
 from . import api
+from .metrics_fetch import DEADLINE_SECONDS, fetch_metrics
 from .plan import Observed
 from .spec import trainer_container
 from .timefmt import format_time, utcnow
@@ -60,12 +60,13 @@ class ProgressScraper:
     """Reads worker 0's metrics in the background: a pass asks for a scrape when one is due and gets the latest
     answer at once, so a slow or silent trainer never holds a reconcile worker. Scrapes run on their own small
     thread pool (not asyncio's default one, which the applier's writes use), at most `concurrency` at a time, and
-    each answer wakes its job (`on_answer`)."""
+    each answer wakes its job (`on_answer`). Each scrape is bounded as a whole (metrics_fetch.py), so a trickling
+    endpoint holds one thread for at most its deadline, and the others go on serving every other job."""
 
     def __init__(
         self,
         interval_seconds: float = 10.0,
-        timeout_seconds: float = 1.0,
+        timeout_seconds: float = DEADLINE_SECONDS,
         concurrency: int = 8,
         on_answer: Callable[[Key], None] | None = None,
     ):
@@ -103,8 +104,8 @@ class ProgressScraper:
 
     async def _scrape(self, key: Key, url: str, attempt: int) -> None:
         try:
-            text = await asyncio.get_running_loop().run_in_executor(self._pool, self._fetch, url)
-            values = parse_progress(text)
+            # Fetched and parsed on the scrape pool, never on the event loop: the page is user-supplied text.
+            values = await asyncio.get_running_loop().run_in_executor(self._pool, self._fetch, url)
         except (OSError, ValueError) as exc:  # silent: starting, stopped, or a simulated node; not a verdict
             log.debug("no progress from %s: %s", url, exc)
             return
@@ -115,6 +116,6 @@ class ProgressScraper:
             if self.on_answer is not None:
                 self.on_answer(key)
 
-    def _fetch(self, url: str) -> str:
-        with urllib.request.urlopen(url, timeout=self.timeout) as response:  # noqa: S310 (pod IP, http only)
-            return response.read(1 << 20).decode("utf-8", "replace")
+    def _fetch(self, url: str) -> dict[str, Any]:
+        """One bounded scrape (metrics_fetch.py: total deadline, byte cap, no redirect, no proxy), parsed here."""
+        return parse_progress(fetch_metrics(url, self.timeout))
