@@ -150,3 +150,14 @@ def test_decide_size(name, desired, minimum, current, fits, unschedulable, want)
 )
 def test_size_to_start(name, desired, minimum, fits, want):
     assert size_to_start(desired=desired, minimum=minimum, fits=fits) == want, name
+
+
+@pytest.mark.parametrize("name, reserved, want", [
+    ("nothing reserved", [], 4),
+    ("another job's new attempt of 2 x 8 GPUs, not bound yet, holds two nodes' room", [(EIGHT, 2)], 2),
+    ("a reservation bigger than the cluster takes it all", [(EIGHT, 9)], 0),
+    ("small reservations pack onto one node", [({"nvidia.com/gpu": Decimal(4)}, 2)], 3),
+])
+def test_room_reserved_for_other_jobs_pods_not_bound_yet(name, reserved, want):
+    nodes = [node(f"n{i}") for i in range(4)]
+    assert pods_that_fit(nodes, [], set(), EIGHT, reserved=reserved) == want, name

@@ -4,12 +4,14 @@ says while an attempt cannot be placed, and when an elastic group shrinks or gro
 from __future__ import annotations
 
 import dataclasses
+
+import pytest
 from datetime import timedelta
 
 from ddpjob_operator import api
 from ddpjob_operator.planner import PlannerSettings, plan_reconcile
 
-from job_builders import NOW, UID, make_job, make_node, make_pod, observe, running_pods
+from job_builders import NOW, UID, ago, make_job, make_node, make_pod, observe, running_pods
 
 SETTINGS = PlannerSettings(node_lost_grace_seconds=30, terminating_grace_seconds=60)
 
@@ -124,13 +126,21 @@ def test_podgroups_of_earlier_attempts_are_deleted():
 
 def test_an_elastic_gang_that_cannot_be_placed_shrinks_to_what_fits_without_spending_the_budget():
     job = launched(make_job("a").replicas(4).elastic(2, 4).gpus(8))
-    plan = plan_with(job, pending_pods("a", 4), podgroups=[podgroup("a-0", 0, scheduled=False)], capacity=3)
+    unplaced = [podgroup("a-0", 0, scheduled=False)]
+    first = plan_with(job, pending_pods("a", 4), podgroups=unplaced, capacity=3)
+    # Not at once: the Unschedulable verdict must last elastic.unschedulableGraceSeconds (30).
+    assert (first.status["phase"], first.status["attempt"], first.status["unplacedSince"]) == ("Pending", 0, ago(0))
+    assert first.requeue_after == 30
+    job.status(**first.status)
+    plan = plan_with(job, pending_pods("a", 4), podgroups=unplaced, capacity=3, now=NOW + timedelta(seconds=31))
     s = plan.status
     assert (s["phase"], s["reason"], s["attempt"], s["restarts"]) == ("Restarting", "ShrankToFit", 1, 0)
+    # Remembered: 4 did not place; the job does not grow back to it for resizeCooldownSeconds (300).
+    assert (s["unplaceableSize"], s["unplaceableUntil"]) == (4, ago(-331))
     assert (s["replicas"], s["desiredReplicas"], s["sizeText"], s["worldSize"]) == (3, 4, "3/4", 24)
     assert [e.reason for e in plan.events] == ["ShrankToFit"]
     job.status(**s)
-    later = plan_with(job, [], podgroups=[], capacity=3, now=NOW + timedelta(seconds=2))
+    later = plan_with(job, [], podgroups=[], capacity=3, now=NOW + timedelta(seconds=33))
     assert later.create_podgroup["spec"]["schedulingPolicy"]["gang"]["minCount"] == 3
     assert [env_of(p)["PET_NNODES"] for p in later.create_pods] == ["3", "3", "3"]
 
@@ -224,3 +234,45 @@ def test_a_podgroup_deleted_under_its_pods_is_created_again():
     assert plan.create_podgroup["metadata"]["name"] == "a-0"
     assert plan.create_pods == []
     assert plan_with(job, running_pods("a", 2), podgroups=[podgroup("a-0", 0)]).create_podgroup is None
+
+
+def test_a_size_that_did_not_place_is_not_tried_again_for_the_cooldown():
+    """The estimate says 4 fit, the scheduler said no: no 4 -> 3 -> 4 -> 3 loop."""
+    job = three_of_four().status(desiredReplicas=4, sizeText="3/4", placement="Gang", worldSize=24,
+                                 observedGeneration=1, unplaceableSize=4, unplaceableUntil=ago(-100))
+    assert plan_with(job, running_pods("a", 3), capacity=4).status is None, "cooling down: stays at 3"
+    later = plan_with(job, running_pods("a", 3), capacity=4, now=NOW + timedelta(seconds=101))
+    assert (later.status["reason"], later.status["replicas"]) == ("GrewToFit", 4)
+
+
+def test_no_growing_while_the_current_attempt_is_not_running():
+    job = make_job("a").replicas(4).elastic(2, 4).gpus(8).status(
+        phase="Pending", attempt=0, restarts=0, replicas=3, desiredReplicas=4, sizeText="3/4", launchedAttempt=0,
+        placement="Gang", worldSize=24, observedGeneration=1, conditions=[])
+    plan = plan_with(job, pending_pods("a", 3), capacity=4)
+    assert plan.status is None or plan.status.get("reason") != "GrewToFit"
+
+
+@pytest.mark.parametrize("name, edit", [
+    ("SchedulingGated", lambda p: p["status"].update(conditions=[
+        {"type": "PodScheduled", "status": "False", "reason": "SchedulingGated", "message": "gated"}])),
+    ("preemption under way: a node is nominated", lambda p: p["status"].update(nominatedNodeName="n1")),
+    ("the autoscaler is bringing a node up", lambda p: p["metadata"].setdefault("annotations", {}).update(
+        {"cluster-autoscaler.kubernetes.io/scale-up-triggered": "true"})),
+])
+def test_no_shrinking_on_a_verdict_that_is_not_final(name, edit):
+    job = launched(make_job("a").replicas(4).elastic(2, 4).gpus(8))
+    pods = pending_pods("a", 4)
+    for pod in pods:
+        edit(pod)
+    group = [] if name == "SchedulingGated" else [podgroup("a-0", 0, scheduled=False)]
+    job.status(unplacedAttempt=0, unplacedSince=ago(600))  # unplaced for long: only the verdict's kind matters
+    plan = plan_with(job, pods, podgroups=group, capacity=3, gang=bool(group))
+    assert plan.status is None or plan.status.get("reason") != "ShrankToFit", name
+
+
+def test_a_new_attempt_does_not_inherit_an_older_attempts_unplaced_clock():
+    job = launched(make_job("a").replicas(4).elastic(2, 4).gpus(8))
+    job.status(unplacedAttempt=7, unplacedSince=ago(600))
+    plan = plan_with(job, pending_pods("a", 4), podgroups=[podgroup("a-0", 0, scheduled=False)], capacity=3)
+    assert plan.status["phase"] == "Pending" and plan.status["unplacedAttempt"] == 0

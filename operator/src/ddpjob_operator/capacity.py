@@ -85,6 +85,25 @@ def free_room(
     return free
 
 
+def _fits(room: Requests, asked: Requests) -> bool:
+    return all(room.get(r, Decimal(0)) >= v for r, v in asked.items())
+
+
+def reserve(free: dict[str, Requests], reserved: Iterable[tuple[Requests, int]]) -> None:
+    """Take the room of pods decided but not bound yet (another job's new attempt) out of `free`, first fit by
+    node name: the scheduler's own "assumed pods", so two jobs never both count the same room."""
+    for request, count in reserved:
+        asked = {name: value for name, value in request.items() if value > 0}
+        for name in sorted(free):
+            room = free[name]
+            while count > 0 and asked and _fits(room, asked):
+                for r, v in asked.items():
+                    room[r] = room.get(r, Decimal(0)) - v
+                count -= 1
+            if count <= 0:
+                break
+
+
 def pods_that_fit(
     nodes: Iterable[NodeRoom],
     bound: Iterable[tuple[str, str, Requests]],
@@ -92,8 +111,10 @@ def pods_that_fit(
     request: Requests,
     tolerations: Iterable[Mapping[str, Any]] = (),
     node_selector: Mapping[str, str] | None = None,
+    reserved: Iterable[tuple[Requests, int]] = (),
 ) -> int:
-    """How many more pods asking `request` the usable nodes hold (a pod asking nothing counts one per node)."""
+    """How many more pods asking `request` the usable nodes hold (a pod asking nothing counts one per node), after
+    the room `reserved` for other jobs' pods that are decided but not bound yet."""
     tolerations = list(tolerations)
     selector = dict(node_selector or {})
     usable = [
@@ -105,8 +126,10 @@ def pods_that_fit(
         and all(_tolerated(t, tolerations) for t in n.taints if t.get("effect") in ("NoSchedule", "NoExecute"))
     ]
     asked = {name: value for name, value in request.items() if value > 0}
+    free = free_room(usable, bound, own)
+    reserve(free, reserved)
     count = 0
-    for room in free_room(usable, bound, own).values():
+    for room in free.values():
         if not asked:
             count += 1
             continue

@@ -79,9 +79,11 @@ class Runtime:
             self.queue.add(key)
 
     def wake_waiting_for_room(self) -> None:
+        """One waiting job at a time, oldest first; the reconciler wakes the next when its pass is over."""
         if self.queue is not None and self.reconciler is not None:
-            for key in list(self.reconciler.waiting_for_room):
-                self.queue.add(key)
+            first = self.reconciler.room_freed()
+            if first is not None:
+                self.queue.add(first)
 
 
 def build_registry(config: OperatorConfig) -> kopf.OperatorRegistry:
@@ -187,6 +189,7 @@ def build_registry(config: OperatorConfig) -> kopf.OperatorRegistry:
             ProgressScraper(config.progress_interval_seconds, on_answer=rt.wake),
         )
         rt.queue = WorkQueue(rt.reconciler.reconcile, workers=config.workers)
+        rt.reconciler.wake_later = rt.queue.add_after
         rt.queue.start()
         rt.tasks.append(asyncio.create_task(_resync_forever(rt), name="ddpjob-resync"))
         log.info(

@@ -22,10 +22,10 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from . import api, failure_class, failures, gang, ownership, pod_rejection, termination
+from . import api, failure_class, failures, gang, ownership, pod_rejection, resize_policy, termination
 from . import conditions as c
 from .builders import JobRef, build_network_policy, build_podgroup, build_service, build_worker_pod
-from .capacity import GROW, SHRINK, decide_size, size_to_start
+from .capacity import GROW, SHRINK, size_to_start
 from .no_progress import decide_no_progress, progress_after_scrape
 from .plan import Observed, Plan
 from .progress import metrics_url
@@ -104,6 +104,7 @@ def initial_status(job: str, spec: JobSpec, capacity: int | None = None) -> JobS
         "conditions": [],
         "attempt": 0,
         "restarts": 0,
+        "platformRestarts": 0,
         "selector": api.selector(job),
     }
     return _sized(status, spec, _start_size(spec, capacity))
@@ -237,6 +238,7 @@ def _placement(obs: Observed, status: JobStatus, pods: SortedPods, plan: Plan) -
     """Say why a pending attempt is not placed, in the scheduler's words, once per change."""
     conditions = status.get("conditions") or []
     verdict = _unschedulable(obs, status, pods) if status.get("phase") == c.PENDING else None
+    resize_policy.note_unplaced(status, verdict is not None, obs.now)
     if verdict is not None:
         what = "its gang of" if status.get("placement") == gang.GANG else "some of its"
         message = f"attempt {status['attempt']}: {what} {status['replicas']} pods cannot be placed"
@@ -411,21 +413,36 @@ def _unschedulable(obs: Observed, status: JobStatus, pods: SortedPods) -> gang.V
 def _resize_to_capacity(
     obs: Observed, spec: JobSpec, status: JobStatus, pods: SortedPods, plan: Plan
 ) -> JobStatus | None:
-    """An elastic job whose pods all exist: shrink when its gang cannot be placed, grow when room returned."""
+    """An elastic job whose pods all exist: shrink when its gang truly cannot be placed, grow when room returned
+    and the current group runs (resize_policy.py)."""
     if spec.elastic is None or obs.capacity is None or status.get("launchedAttempt") != status["attempt"]:
         return None
     if status.get("phase") not in (c.RUNNING, c.PENDING) or len(pods.current) < status["replicas"]:
         return None
-    decision = decide_size(
+    verdict = _unschedulable(obs, status, pods)
+    pending = [p for p in pods.current.values() if not (p.get("spec") or {}).get("nodeName")]
+    unschedulable = False
+    if verdict is not None and resize_policy.real_unschedulable(
+        resize_policy.Verdict(verdict.reason, verdict.message), pending
+    ):
+        left = resize_policy.grace_left(status, obs.now, spec.elastic.unschedulable_grace_seconds)
+        if left > 0:
+            plan.requeue(left)  # the scheduler may still place it (a node coming up, a pod going away)
+        unschedulable = left <= 0
+    decision = resize_policy.decide(
+        status=status,
         desired=spec.replicas,
         minimum=spec.elastic.min_replicas,
-        current=status["replicas"],
         fits=obs.capacity,
-        unschedulable=_unschedulable(obs, status, pods) is not None,
+        unschedulable=unschedulable,
+        running=all(_running(p) for p in pods.current.values()),
+        now=obs.now,
     )
     if decision is None or decision.size == status["replicas"]:
         return None
-    return _new_group(obs, spec, status, plan, decision.size, decision.reason, decision.message)
+    out = _new_group(obs, spec, status, plan, decision.size, decision.reason, decision.message)
+    resize_policy.remember(out, decision, status["replicas"], obs.now, spec.elastic.resize_cooldown_seconds)
+    return out
 
 
 # --- 5. failure and success -----------------------------------------------------------------------------------

@@ -7,6 +7,7 @@ import asyncio
 import dataclasses
 import logging
 import time
+from collections.abc import Callable
 
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
@@ -18,6 +19,7 @@ from .kube import reason_of, status_of
 from .plan import Observed, Plan, PodRefusal, ServiceConflict
 from .planner import PlannerSettings, plan_reconcile, plan_release_orphans
 from .progress import ProgressScraper
+from .room_wakeups import RoomRounds
 from .timefmt import utcnow
 from .watch_cache import WatchCache
 
@@ -26,6 +28,9 @@ log = logging.getLogger("ddpjob.reconciler")
 Key = tuple[str, str]  # (namespace, name)
 
 CONFLICT_RETRY_SECONDS = 0.2
+# Between two jobs' turns at freed room: time for the first one's decision (its status write) to reach the cache,
+# where its new attempt's pods then count as reserved room.
+ROOM_TURN_SECONDS = 1.0
 # The API server's 403 for any create in a namespace being deleted ("unable to create new content in namespace X
 # because it is being terminated").
 TERMINATING_NAMESPACE = "because it is being terminated"
@@ -53,11 +58,22 @@ class Reconciler:
         # Elastic jobs below their desired size or waiting to be placed: a pod or node that gives room back wakes
         # them (handlers.py), so they grow without waiting for the resync.
         self.waiting_for_room: set[Key] = set()
+        # ...one at a time, oldest first (room_wakeups.py); `wake_later` (set by handlers.py) queues the next turn.
+        self.rounds = RoomRounds(self._age_of)
+        self.wake_later: Callable[[Key, float], None] | None = None
         # The latest pod creation the API server refused, per job: an observation for the next pass's planner,
         # which decides what it means (pod_rejection.py). Lost on restart, and then simply observed again.
         self.refusals: dict[Key, PodRefusal] = {}
         # The same for a Service of the job's name that the job does not control (ownership.py).
         self.service_conflicts: dict[Key, ServiceConflict] = {}
+
+    def _age_of(self, key: Key) -> str:
+        job = self.cache.job(key)
+        return str((job or {}).get("metadata", {}).get("creationTimestamp") or "")
+
+    def room_freed(self) -> Key | None:
+        """A pod or node gave room back: the waiting job whose turn it is to look, if any."""
+        return self.rounds.room_freed(self.waiting_for_room)
 
     def forget(self, key: Key) -> None:
         self.waiting_for_room.discard(key)
@@ -73,6 +89,9 @@ class Reconciler:
             return await self._reconcile(key)
         finally:
             metrics.RECONCILE_SECONDS.observe(time.perf_counter() - started)
+            nxt = self.rounds.pass_done(key, self.waiting_for_room)
+            if nxt is not None and self.wake_later is not None:
+                self.wake_later(nxt, ROOM_TURN_SECONDS)
 
     async def _reconcile(self, key: Key) -> float | None:
         job, pods = self.cache.job(key), self.cache.pods_of(key)

@@ -23,6 +23,8 @@ class Elastic:
     min_replicas: int
     max_replicas: int
     max_restarts: int = 0
+    resize_cooldown_seconds: int = 300  # resize_policy.py: a size that did not place is not tried again this long
+    unschedulable_grace_seconds: int = 30  # ...and a gang must be Unschedulable this long before it shrinks
 
 
 @dataclass(frozen=True)
@@ -106,6 +108,8 @@ def parse_spec(raw: dict[str, Any]) -> JobSpec:
             min_replicas=int(elastic["minReplicas"]),
             max_replicas=int(elastic["maxReplicas"]),
             max_restarts=int(elastic.get("maxRestarts", 0)),
+            resize_cooldown_seconds=int(elastic.get("resizeCooldownSeconds", 300)),
+            unschedulable_grace_seconds=int(elastic.get("unschedulableGraceSeconds", 30)),
         )
         if elastic
         else None,

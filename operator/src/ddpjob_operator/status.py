@@ -59,6 +59,10 @@ class JobStatus(TypedDict, total=False):
     completionTime: str
     observedGeneration: int
     lastFailure: LastFailure
+    unplaceableSize: int  # resize_policy.py: a size whose gang did not place...
+    unplaceableUntil: str  # ...and until when the job does not grow back to it
+    unplacedSince: str  # when the current attempt was first seen unplaced...
+    unplacedAttempt: int  # ...and which attempt that clock belongs to
     progress: Progress
 
 

@@ -210,7 +210,32 @@ class WatchCache:
         request, tolerations, selector = worker_request(job.get("spec") or {})
         nodes = [node_room(n) for name in self.nodes for n in self.nodes[name]]
         bound = [(name, uid, req) for name in self.bound_pods for uid, req in self.bound_pods[name]]
-        return pods_that_fit(nodes, bound, own, request, tolerations, selector)
+        reserved = self.reserved(exclude=job["metadata"].get("uid"))
+        return pods_that_fit(nodes, bound, own, request, tolerations, selector, reserved)
+
+    def reserved(self, exclude: str | None = None) -> list[tuple[Requests, int]]:
+        """(request, pods) of every other job's current attempt that is decided but not all bound yet: a
+        restart, resize or new job in flight holds its room before the scheduler has placed it."""
+        out = []
+        for key in self.jobs:
+            job = self.job(key)
+            if job is None or job["metadata"].get("uid") == exclude:
+                continue
+            status = job.get("status") or {}
+            if status.get("phase") not in ("Pending", "Restarting") or "attempt" not in status:
+                continue
+            attempt = str(status["attempt"])
+            placed = sum(
+                1
+                for p in self.pods_of(key)
+                if p["metadata"].get("labels", {}).get(api.LABEL_ATTEMPT) == attempt
+                and (p.get("spec") or {}).get("nodeName")
+                and not p["metadata"].get("deletionTimestamp")
+            )
+            missing = int(status.get("replicas", 0)) - placed
+            if missing > 0:
+                out.append((worker_request(job.get("spec") or {})[0], missing))
+        return out
 
     def job(self, key: Key) -> dict[str, Any] | None:
         """The job of this name. Two objects can share a key for a moment (a job deleted and re-created under its

@@ -1,0 +1,56 @@
+"""Who gets to look at freed room first (pure bookkeeping).
+
+When a pod leaves a node, every elastic job below its size could grow into that room. Woken all at once, they
+would all decide to grow, all restart, and all but one would find the room taken and shrink back. So a room event
+starts a *round*: the waiting jobs are woken one at a time, oldest first (`metadata.creationTimestamp`; the
+operator does not resolve PriorityClasses, so age is the only order it knows), and each next one only after the
+previous one's pass is over and a moment has passed for its decision to reach the cache, where it then counts as
+reserved room (watch_cache.WatchCache.reserved). Room events during a round are folded into one more round."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable
+
+Key = tuple[str, str]
+# A turn whose pass never reported back (it cannot happen short of a bug, but a round must not stall for good).
+STALE_TURN_SECONDS = 30.0
+
+
+class RoomRounds:
+    def __init__(self, age_of: Callable[[Key], str], clock: Callable[[], float] = time.monotonic):
+        self.age_of = age_of  # creationTimestamp (RFC 3339 sorts as text), "" when unknown
+        self.clock = clock
+        self.order: list[Key] = []
+        self.turn: Key | None = None
+        self.turn_since = 0.0
+        self.again = False  # a room event arrived during the round
+
+    def room_freed(self, waiting: Iterable[Key]) -> Key | None:
+        """A room event: the key to wake now, or None (a round is under way; one more follows it)."""
+        if self.turn is not None and self.clock() - self.turn_since < STALE_TURN_SECONDS:
+            self.again = True
+            return None
+        self.order = sorted(waiting, key=lambda k: (self.age_of(k), k))
+        return self._next(set(self.order))
+
+    def pass_done(self, key: Key, waiting: Iterable[Key]) -> Key | None:
+        """`key`'s pass is over: the next key to wake (after a moment), or None."""
+        if key != self.turn:
+            return None
+        still = set(waiting)
+        nxt = self._next(still)
+        if nxt is None and self.again:
+            self.again = False
+            self.order = sorted(still, key=lambda k: (self.age_of(k), k))
+            nxt = self._next(still)
+        return nxt
+
+    def _next(self, waiting: set[Key]) -> Key | None:
+        while self.order:
+            key = self.order.pop(0)
+            if key in waiting:
+                self.turn, self.turn_since = key, self.clock()
+                return key
+        self.turn = None
+        return None
