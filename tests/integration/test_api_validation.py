@@ -49,7 +49,15 @@ def with_metrics_port_on(container: str, deadline: int = 60) -> dict:
     return job
 
 
+def with_metrics_port(port: int, network_policy: bool = True) -> dict:
+    job = with_spec(networkPolicy=network_policy)
+    job["spec"]["template"]["spec"]["containers"][0]["ports"] = [{"name": "metrics", "containerPort": port}]
+    return job
+
+
 INVALID = [
+    ("metrics port the job's NetworkPolicy would block", with_metrics_port(8080),
+     "with spec.networkPolicy: true the port named 'metrics' must be within 9400-9463"),
     ("replicas below min of elastic", with_spec(replicas=1, elastic={"minReplicas": 2, "maxReplicas": 4}),
      "spec.replicas must be within [spec.elastic.minReplicas, spec.elastic.maxReplicas]"),
     ("replicas above max of elastic", with_spec(replicas=5, elastic={"minReplicas": 2, "maxReplicas": 4}),
@@ -117,7 +125,7 @@ def test_defaults_are_applied(kube, crds):
     assert spec["nprocPerNode"] == "auto"
     assert spec["restartPolicy"] == "OnFailure"
     assert spec["runPolicy"] == {"backoffLimit": 3, "cleanPodPolicy": "Running", "suspend": False,
-                                 "restartBackoffSeconds": 5}
+                                 "restartBackoffSeconds": 5, "platformFailureLimit": 20, "healthyResetSeconds": 3600}
     assert spec["rendezvous"] == {"port": 29400, "joinTimeoutSeconds": 600, "lastCallTimeoutSeconds": 30}
     assert spec["shmSize"] == "4Gi"
 
@@ -129,6 +137,8 @@ def test_defaults_are_applied(kube, crds):
     ("CPU job: any process count", with_spec(gpusPerReplica=0, nprocPerNode=4)),
     ("no /dev/shm volume", with_spec(shmSize="0")),
     ("shm size in bytes", with_spec(shmSize=1073741824)),
+    ("metrics port 9400 with the NetworkPolicy", with_metrics_port(9400)),
+    ("any metrics port without the NetworkPolicy", with_metrics_port(8080, network_policy=False)),
 ])
 def test_valid_ports_process_counts_and_shm_sizes_are_accepted(kube, crds, name, manifest):
     res = kube("create", "--dry-run=server", "-f", "-", input=json.dumps(manifest), check=False)
