@@ -104,6 +104,34 @@ def reserve(free: dict[str, Requests], reserved: Iterable[tuple[Requests, int]])
                 break
 
 
+def usable(nodes: Iterable[NodeRoom], tolerations: Iterable[Mapping[str, Any]], selector: Mapping[str, str]) -> set:
+    """Names of the nodes a pod with these tolerations and nodeSelector may land on."""
+    tolerations = list(tolerations)
+    return {
+        n.name
+        for n in nodes
+        if n.ready
+        and all(n.labels.get(k) == v for k, v in selector.items())
+        and not n.unschedulable
+        and all(_tolerated(t, tolerations) for t in n.taints if t.get("effect") in ("NoSchedule", "NoExecute"))
+    }
+
+
+def count_in(free: Mapping[str, Requests], request: Requests, reserved: Iterable[tuple[Requests, int]] = ()) -> int:
+    """Pods asking `request` that the rooms in `free` hold once `reserved` is taken out (a pod asking nothing
+    counts one per node). `free` is not changed."""
+    rooms = {name: dict(room) for name, room in free.items()}
+    reserve(rooms, reserved)
+    asked = {name: value for name, value in request.items() if value > 0}
+    count = 0
+    for room in rooms.values():
+        if not asked:
+            count += 1
+            continue
+        count += int(max(Decimal(0), min(room.get(r, Decimal(0)) // v for r, v in asked.items())))
+    return count
+
+
 def pods_that_fit(
     nodes: Iterable[NodeRoom],
     bound: Iterable[tuple[str, str, Requests]],
@@ -115,26 +143,9 @@ def pods_that_fit(
 ) -> int:
     """How many more pods asking `request` the usable nodes hold (a pod asking nothing counts one per node), after
     the room `reserved` for other jobs' pods that are decided but not bound yet."""
-    tolerations = list(tolerations)
-    selector = dict(node_selector or {})
-    usable = [
-        n
-        for n in nodes
-        if n.ready
-        and all(n.labels.get(k) == v for k, v in selector.items())
-        and not n.unschedulable
-        and all(_tolerated(t, tolerations) for t in n.taints if t.get("effect") in ("NoSchedule", "NoExecute"))
-    ]
-    asked = {name: value for name, value in request.items() if value > 0}
-    free = free_room(usable, bound, own)
-    reserve(free, reserved)
-    count = 0
-    for room in free.values():
-        if not asked:
-            count += 1
-            continue
-        count += int(max(Decimal(0), min(room.get(r, Decimal(0)) // v for r, v in asked.items())))
-    return count
+    nodes = list(nodes)
+    names = usable(nodes, tolerations, dict(node_selector or {}))
+    return count_in(free_room([n for n in nodes if n.name in names], bound, own), request, reserved)
 
 
 @dataclass(frozen=True)
