@@ -236,3 +236,21 @@ def test_nccl_defaults_and_template_overrides(name, user_env, want):
     assert {k: env.get(k) for k in want} == want, name
     if "NCCL_SOCKET_IFNAME" not in want:
         assert "NCCL_SOCKET_IFNAME" not in env, "NCCL picks the interface unless the user does"
+
+
+@pytest.mark.parametrize("name, ports, own_probe, want", [
+    ("a metrics port gets the kubelet's readiness probe on it", [{"name": "metrics", "containerPort": 9400}], None,
+     {"httpGet": {"path": "/metrics", "port": "metrics"}, "periodSeconds": 10, "timeoutSeconds": 5,
+      "failureThreshold": 3}),
+    ("no metrics port: no probe", [], None, None),
+    ("the template's own probe wins", [{"name": "metrics", "containerPort": 9400}], {"tcpSocket": {"port": 9400}},
+     {"tcpSocket": {"port": 9400}}),
+])
+def test_readiness_probe_on_the_metrics_port(name, ports, own_probe, want):
+    job = make_job("a").replicas(1).build()
+    trainer = job["spec"]["template"]["spec"]["containers"][0]
+    trainer["ports"] = ports
+    if own_probe is not None:
+        trainer["readinessProbe"] = own_probe
+    pod = build_worker_pod(JobRef("a", "ns", "uid-1"), parse_spec(job["spec"]), index=0, attempt=0, restarts=0)
+    assert pod["spec"]["containers"][0].get("readinessProbe") == want, name

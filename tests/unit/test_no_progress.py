@@ -6,7 +6,7 @@ from datetime import timedelta
 
 import pytest
 
-from ddpjob_operator.no_progress import decide_no_progress, progress_after_scrape
+from ddpjob_operator.no_progress import Liveness, decide_no_progress, progress_after_scrape
 
 from job_builders import NOW, ago, make_job, make_pod, observe
 
@@ -60,10 +60,31 @@ def test_decide_no_progress(name, phase, attempt, status_progress, scraped, watc
 def test_the_message_says_where_and_for_how_long():
     hung, _ = decide_no_progress(60, "Running", 0, progress(150, 75), scrape(150), None, NOW)
     assert hung.message == "step 150 has not advanced for 75s (progressDeadlineSeconds 60)"
-    hung, _ = decide_no_progress(60, "Running", 0, progress(150, 100), scrape(150, seen=70), None, NOW)
-    assert (
-        hung.message == "worker 0 stopped answering its metrics port 70s ago, at step 150 (progressDeadlineSeconds 60)"
+    hung, _ = decide_no_progress(60, "Running", 0, progress(150, 100), scrape(151, seen=70), None, NOW,
+                                 liveness=Liveness(trainer_ready=False))
+    assert hung.message == (
+        "worker 0 has not answered its metrics port for 70s, at step 150, and its kubelet reports the trainer not "
+        "ready (the readiness probe on the metrics port fails) (progressDeadlineSeconds 60)"
     )
+
+
+@pytest.mark.parametrize("name, liveness, want_hung, want_unknown", [
+    ("answered, then silent; the kubelet says not ready: a hang", Liveness(trainer_ready=False), True, False),
+    ("silent, but the kubelet says ready: the operator is cut off, not a hang", Liveness(trainer_ready=True), False,
+     True),
+    ("silent, no container status yet: not a hang", Liveness(trainer_ready=None), False, True),
+    ("the operator has not been scraping (overloaded): never a hang", Liveness(trainer_ready=False,
+                                                                             scrapes_current=False), False, False),
+])
+def test_silence_is_a_hang_only_with_the_kubelets_word(name, liveness, want_hung, want_unknown):
+    unknown: list[str] = []
+    hung, wait = decide_no_progress(60, "Running", 0, progress(150, 100), scrape(151, seen=70), None, NOW,
+                                    liveness=liveness, unknown=unknown)
+    assert (hung is not None, bool(unknown)) == (want_hung, want_unknown), name
+    if want_unknown:
+        assert "the operator cannot reach it" in unknown[0] and "not counted as a hang" in unknown[0]
+    if not want_hung:
+        assert wait == 60.0, "looked at again later"
 
 
 @pytest.mark.parametrize(
@@ -115,3 +136,32 @@ def test_a_hung_job_restarts_with_reason_no_progress_and_spends_the_budget():
     assert [e.reason for e in plan.events] == ["Restarting"]
     assert "step 150 has not advanced for 90s" in plan.events[0].message
     assert [(o.metric, o.labels) for o in plan.observations] == [("group_restarts", (("reason", "NoProgress"),))]
+
+
+def test_a_job_the_operator_cannot_reach_shows_progress_unknown_once_and_is_not_restarted():
+    import dataclasses
+
+    from ddpjob_operator.planner import plan_reconcile
+
+    job = make_job("a").replicas(2).restart_backoff(0).running().status(progress=progress(150, 100))
+    job.obj["spec"]["runPolicy"]["progressDeadlineSeconds"] = 60
+    worker0 = make_pod("a", 0).build()
+    worker0["status"]["containerStatuses"] = [{"name": "trainer", "ready": True}]
+    obs = dataclasses.replace(observe(job.build(), [worker0, make_pod("a", 1).build()]),
+                              progress=scrape(151, seen=70))
+    plan = plan_reconcile(obs)
+    s = plan.status
+    assert (s["phase"], s["restarts"], s["attempt"]) == ("Running", 0, 0)
+    unknown = next(c for c in s["conditions"] if c["type"] == "ProgressUnknown")
+    assert (unknown["status"], unknown["reason"]) == ("True", "MetricsUnreachable")
+    assert [e.reason for e in plan.events] == ["ProgressUnknown"]
+    assert [o.metric for o in plan.observations] == ["progress_unknown"]
+    again_job = make_job("a").replicas(2).restart_backoff(0).running().status(**s)
+    again_job.obj["spec"]["runPolicy"]["progressDeadlineSeconds"] = 60
+    again = plan_reconcile(dataclasses.replace(obs, job=again_job.build()))
+    assert again.events == [], "said once"
+    assert next(c for c in again.status["conditions"] if c["type"] == "ProgressUnknown")["status"] == "True" \
+        if again.status else True
+    worker0["status"]["containerStatuses"] = [{"name": "trainer", "ready": False}]
+    hung = plan_reconcile(dataclasses.replace(obs, pods=[worker0, make_pod("a", 1).build()]))
+    assert (hung.status["phase"], hung.status["lastFailure"]["kind"]) == ("Restarting", "NoProgress")

@@ -194,6 +194,19 @@ def _shape_trainer(
         p.get("name") == api.RENDEZVOUS_PORT_NAME or p.get("containerPort") == spec.rendezvous.port for p in ports
     ):
         ports.append({"name": api.RENDEZVOUS_PORT_NAME, "containerPort": spec.rendezvous.port, "protocol": "TCP"})
+    if any(p.get("name") == api.METRICS_PORT_NAME for p in ports) and "readinessProbe" not in container:
+        container["readinessProbe"] = copy.deepcopy(METRICS_READINESS_PROBE)
+
+
+# The kubelet asks the trainer's metrics port from the node: a stopped or deadlocked rank 0 stops answering, and the
+# container turns not ready. Hang detection reads that as the evidence the operator's own silence is not
+# (no_progress.py): a worker 0 the operator cannot reach but the kubelet can is alive. A template's own probe wins.
+METRICS_READINESS_PROBE = {
+    "httpGet": {"path": "/metrics", "port": api.METRICS_PORT_NAME},
+    "periodSeconds": 10,
+    "timeoutSeconds": 5,
+    "failureThreshold": 3,
+}
 
 
 def _add_shared_memory(pod_spec: dict, container: dict, size: str) -> None:

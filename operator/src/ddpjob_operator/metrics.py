@@ -44,6 +44,12 @@ PODS_STUCK_TERMINATING = Counter(
     "per change of the job's report)",
 )
 
+PROGRESS_UNKNOWN = Counter(
+    "ddpjob_progress_unknown_total",
+    "Times a job's worker 0 stopped answering the operator while its kubelet reported it alive (ProgressUnknown "
+    "turned True; not counted as a hang)",
+)
+
 CACHE_OBJECTS = Gauge("ddpjob_watch_cache_objects", "Objects the watch cache holds, by kind", ["kind"])
 
 PHASES = ("Pending", "Running", "Restarting", "Succeeded", "Failed", "Suspended")
@@ -68,6 +74,8 @@ def record(observation: Observation) -> None:
             RECOVERY_SECONDS.observe(observation.value)
         case "resize_duration":
             RESIZE_SECONDS.labels(direction=labels.get("direction", "unknown")).observe(observation.value)
+        case "progress_unknown":
+            PROGRESS_UNKNOWN.inc(observation.value)
         case "pods_stuck_terminating":
             PODS_STUCK_TERMINATING.inc(observation.value)
         case other:

@@ -2,17 +2,21 @@
 for the deadline is restarted from its last checkpoint, like a failure (reason NoProgress).
 
 The clock is `status.progress.advanceTime`: when the step last moved, or when the current attempt first reported
-one, so start-up (rendezvous, checkpoint load, first step) is never counted. Worker 0's metrics port tells a hang
-from a blind spot:
-- it answers with the same step: stuck, once the step is older than the deadline;
-- it has answered in this attempt, then went silent for the whole deadline (a stopped or deadlocked process cannot
-  serve its own metrics either): stuck too;
-- it has not answered yet in this attempt: no clock, no verdict (a trainer without the port, or one still starting).
+one, so start-up (rendezvous, checkpoint load, first step) is never counted. Three cases, never the operator's
+fault:
+- worker 0 answers with the same step: a hang, once the step is older than the deadline;
+- worker 0 answered in this attempt, then the operator heard nothing for the deadline: a hang only if the kubelet
+  also reports the trainer container not ready (its readiness probe on the metrics port runs from the node: a
+  stopped or deadlocked process fails it). If the kubelet says ready, the operator is cut off (a NetworkPolicy,
+  the CNI, its own network): no verdict, the ProgressUnknown condition says so;
+- the operator has not been scraping it lately (overloaded, its scrape pool saturated): no verdict;
+- it has not answered yet in this attempt: no clock, no verdict (a trainer without the port, or one starting).
 Silence is measured from when this operator process began scraping the job, so a restarted operator never counts
 the time it was away."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, cast
 
@@ -39,6 +43,19 @@ def progress_after_scrape(
     return None
 
 
+UNKNOWN_CONDITION = "ProgressUnknown"
+
+
+@dataclass(frozen=True)
+class Liveness:
+    """What else than worker 0's answers says about it: the kubelet's readiness of its trainer container (the
+    readiness probe on the metrics port, run from the node, not from the operator), and whether this operator's
+    scrapes of it are keeping up."""
+
+    trainer_ready: bool | None = None  # None: no container status yet
+    scrapes_current: bool = True  # False: the operator is too loaded to have tried lately (never a hang)
+
+
 def decide_no_progress(
     deadline: int | None,
     phase: str | None,
@@ -48,8 +65,12 @@ def decide_no_progress(
     watching_since: datetime | None,
     now: datetime,
     pod: str = "",
+    liveness: Liveness = Liveness(),
+    unknown: list[str] | None = None,
 ) -> tuple[failures.Failure | None, float | None]:
-    """(the NoProgress failure, or None; seconds until it could be decided, or None when there is no clock)."""
+    """(the NoProgress failure, or None; seconds until it could be decided, or None when there is no clock).
+    When worker 0 is silent but the kubelet says its trainer is alive, there is no verdict: the reason is appended
+    to `unknown` (the ProgressUnknown condition)."""
     progress = progress or {}
     if not deadline or phase != "Running" or progress.get("attempt") != attempt:
         return None, None
@@ -66,11 +87,22 @@ def decide_no_progress(
     heard = max(t for t in (seen, advanced, watching_since) if t is not None)
     silent_for = (now - heard).total_seconds()
     if silent_for >= deadline:
-        message = (
-            f"worker 0 stopped answering its metrics port {silent_for:.0f}s ago, at step {step} "
-            f"(progressDeadlineSeconds {deadline})"
-        )
-        return _failure(pod, message, now), None
+        silence = f"worker 0 has not answered its metrics port for {silent_for:.0f}s, at step {step}"
+        if not liveness.scrapes_current:
+            # The operator itself has not been scraping (overloaded): its silence says nothing about the job.
+            return None, float(deadline)
+        if liveness.trainer_ready is False:
+            message = (
+                f"{silence}, and its kubelet reports the trainer not ready (the readiness probe on the metrics "
+                f"port fails) (progressDeadlineSeconds {deadline})"
+            )
+            return _failure(pod, message, now), None
+        if unknown is not None:
+            unknown.append(
+                f"{silence}, but its kubelet reports the trainer ready: the operator cannot reach it (a "
+                "NetworkPolicy, the CNI, the operator's own network): not counted as a hang"
+            )
+        return None, float(deadline)
     # A step already past the deadline is judged by the next answer (progress requeues bring it); else by time.
     ahead = [left for left in (deadline - stuck_for, deadline - silent_for) if left > 0]
     return None, min(ahead) if ahead else 0.0

@@ -43,6 +43,7 @@ class Observed:
     now: datetime
     progress: dict[str, Any] | None = None  # worker 0's latest answer (step, loss, ..., updateTime)
     progress_since: datetime | None = None  # when this operator process began reading worker 0 of this attempt
+    scrapes_current: bool = True  # this process has been scraping worker 0 lately (False: it is overloaded)
     network_policy_exists: bool = True  # only read when spec.networkPolicy asks for one
     gang: bool = False  # the cluster serves PodGroups and the operator uses them (gang.py)
     podgroups: list[dict[str, Any]] = field(default_factory=list)  # the job's PodGroups, every attempt

@@ -26,11 +26,11 @@ from . import api, failure_class, failures, gang, ownership, pod_rejection, resi
 from . import conditions as c
 from .builders import JobRef, build_network_policy, build_podgroup, build_service, build_worker_pod
 from .capacity import GROW, SHRINK, size_to_start
-from .no_progress import decide_no_progress, progress_after_scrape
+from .no_progress import UNKNOWN_CONDITION, Liveness, decide_no_progress, progress_after_scrape
 from .plan import Observed, Plan
 from .progress import metrics_url
 from .restart_policy import RESTART, RestartBudget, backoff_seconds, decide_restart
-from .spec import JobSpec, parse_spec
+from .spec import JobSpec, parse_spec, trainer_container
 from .status import JobStatus, LastFailure, status_of
 from .timefmt import format_time, parse_time
 
@@ -470,6 +470,7 @@ def current_failures(
                     )
                 )
     if not found:
+        unknown: list[str] = []
         hung, wait = decide_no_progress(
             spec.run_policy.progress_deadline_seconds,
             status.get("phase"),
@@ -479,12 +480,42 @@ def current_failures(
             obs.progress_since,
             obs.now,
             pod=api.worker_name(obs.job["metadata"]["name"], 0),
+            liveness=Liveness(_trainer_ready(pods.current.get(0)), obs.scrapes_current),
+            unknown=unknown,
         )
+        _progress_unknown(obs, status, unknown, plan)
         if hung is not None:
             found.append(hung)
         elif wait is not None:
             plan.requeue(wait)
     return found
+
+
+def _trainer_ready(pod: dict[str, Any] | None) -> bool | None:
+    """The kubelet's readiness of worker 0's trainer container (its probe on the metrics port), if reported."""
+    if pod is None:
+        return None
+    container = trainer_container((pod.get("spec") or {}).get("containers") or []) or {}
+    for cs in (pod.get("status") or {}).get("containerStatuses") or []:
+        if cs.get("name") == container.get("name") and "ready" in cs:
+            return bool(cs["ready"])
+    return None
+
+
+def _progress_unknown(obs: Observed, status: JobStatus, unknown: list[str], plan: Plan) -> None:
+    """ProgressUnknown=True while worker 0 cannot be reached but is alive; said once per change."""
+    conditions = status.get("conditions") or []
+    if not unknown:
+        message = "worker 0's progress is read"
+        status["conditions"] = c.clear_condition(conditions, UNKNOWN_CONDITION, "ProgressRead", message, obs.now)
+        return
+    shown = c.find_condition(conditions, UNKNOWN_CONDITION)
+    if shown is None or shown.get("status") != "True":
+        plan.event(WARNING, UNKNOWN_CONDITION, unknown[0])
+        plan.observe("progress_unknown")
+    status["conditions"] = c.set_condition(
+        conditions, UNKNOWN_CONDITION, "True", "MetricsUnreachable", unknown[0], obs.now
+    )
 
 
 def _requeue_for_node_grace(obs: Observed, settings: PlannerSettings, pod: dict[str, Any], plan: Plan) -> None:

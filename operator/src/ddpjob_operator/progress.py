@@ -75,12 +75,22 @@ class ProgressScraper:
         self.on_answer = on_answer
         self._pool = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="ddpjob-progress")
         self._last_try: dict[Key, float] = {}
+        self._last_done: dict[Key, float] = {}  # when a scrape of the job last finished, answered or not
         self._in_flight: set[Key] = set()
         self._latest: dict[Key, tuple[int, dict[str, Any]]] = {}  # attempt, values + updateTime
         self._since: dict[Key, tuple[int, datetime]] = {}  # attempt, when this process began reading it
 
+    def current(self, key: Key) -> bool:
+        """Whether this process has been scraping the job lately: a scrape finished within a few intervals (or
+        none was due yet). False when the pool is saturated or the operator starved: its silence is its own."""
+        if key not in self._last_try:
+            return True
+        done = self._last_done.get(key, self._last_try[key])
+        return time.monotonic() - done <= 3 * self.interval + self.timeout
+
     def forget(self, key: Key) -> None:
         self._last_try.pop(key, None)
+        self._last_done.pop(key, None)
         self._latest.pop(key, None)
         self._since.pop(key, None)
 
@@ -111,6 +121,7 @@ class ProgressScraper:
             return
         finally:
             self._in_flight.discard(key)
+            self._last_done[key] = time.monotonic()
         if values:
             self._latest[key] = (attempt, {**values, "updateTime": format_time(utcnow())})
             if self.on_answer is not None:

@@ -109,6 +109,7 @@ class Reconciler:
             obs,
             progress=progress,
             progress_since=since,
+            scrapes_current=self.progress.current(key),
             refusal=self.refusals.get(key),
             service_conflict=self.service_conflicts.get(key),
         )

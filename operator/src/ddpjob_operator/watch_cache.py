@@ -51,9 +51,9 @@ def slim_pod(body: Mapping[str, Any]) -> dict[str, Any]:
     status = body.get("status") or {}
     containers = [_pick(c, ("name", "ports")) for c in spec.get("containers") or []]
     container_statuses = [
-        {"name": cs.get("name"), "state": {"terminated": cs["state"]["terminated"]}}
+        {"name": cs.get("name"), "ready": bool(cs.get("ready")), "state": {"terminated": cs["state"]["terminated"]}}
         if (cs.get("state") or {}).get("terminated")
-        else {"name": cs.get("name")}
+        else {"name": cs.get("name"), "ready": bool(cs.get("ready"))}
         for cs in status.get("containerStatuses") or []
     ]
     conditions = [
