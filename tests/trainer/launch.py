@@ -16,6 +16,8 @@ from ddp_trainer.progress_log import DONE, PROGRESS, RESUMED  # noqa: F401
 
 ROOT = Path(__file__).resolve().parents[2]
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run"]
+# The image's entrypoint: torchrun that puts a failed worker's stderr tail in the error file.
+DDP_TORCHRUN = [sys.executable, "-m", "ddp_trainer.torchrun"]
 
 
 def free_port() -> int:

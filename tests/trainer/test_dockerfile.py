@@ -1,5 +1,5 @@
 """The image definition: hadolint-clean, an official PyTorch CUDA runtime base pinned by tag, non-root,
-torchrun as the entrypoint with `-m ddp_trainer` as the default arguments."""
+`python -m ddp_trainer.torchrun` (torchrun plus the failed worker's stderr tail) as the entrypoint with `-m ddp_trainer` as the default arguments."""
 
 import json
 import re
@@ -46,9 +46,9 @@ def test_runs_as_non_root():
     assert users and users[-1].split(":")[0] not in ("0", "root")
 
 
-def test_entrypoint_is_torchrun_with_ddp_trainer_args():
+def test_entrypoint_is_the_harness_torchrun_with_ddp_trainer_args():
     ops = dict(instructions(DOCKERFILE.read_text()))
-    assert json.loads(ops["ENTRYPOINT"]) == ["torchrun"]
+    assert json.loads(ops["ENTRYPOINT"]) == ["python", "-m", "ddp_trainer.torchrun"]
     assert json.loads(ops["CMD"]) == ["-m", "ddp_trainer"]
 
 

@@ -1,0 +1,114 @@
+"""`python -m ddp_trainer.torchrun`, the image's entrypoint: torchrun, plus the failed worker's last stderr lines
+in the termination log.
+
+A worker that dies before any code of ours runs (a missing script, an import error, a bad argument to the user's
+own script, a crash in native code) writes no error file, so torchrun's @record leaves TORCHELASTIC_ERROR_FILE (the
+pod's termination log) empty and the kubelet falls back to the last 2 KiB of the container's log. With two or more
+processes a pod, torchrun's report for each rank fills those 2 KiB and the line that says what to fix is gone.
+
+So this runs torchrun in this process (its own `main`, exactly as the `torchrun` script does), with each worker's
+stderr also kept in a file (`--tee=2`, unless the arguments already choose where output goes), and when torchrun
+fails with no error file for its root-cause worker, writes that worker's last stderr lines to the error file in the
+JSON shape torchrun's own error files have (`message.message`, `message.errorCode`), which the operator reads.
+Everything else (exit code, signals, console output but for torchrun's `[default<rank>]:` prefix on tee'd stderr
+lines) is torchrun's own."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from torch.distributed import run as torch_run
+from torch.distributed.elastic.multiprocessing.errors import ChildFailedError, ProcessFailure
+
+# Enough lines for a short traceback's end; few enough characters that the operator (1024) and the kubelet (4096
+# bytes) keep all of them, so the last line, the cause, is never the one cut.
+STDERR_TAIL_LINES = 12
+STDERR_TAIL_CHARS = 800
+ERROR_FILE_ENV = "TORCHELASTIC_ERROR_FILE"
+
+_ATTEMPT = re.compile(r"attempt_(\d+)$")
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = list(sys.argv[1:] if argv is None else argv)
+    chosen = torch_run.parse_args(args)
+    own_log_dir = None
+    if not chosen.log_dir:
+        own_log_dir = tempfile.mkdtemp(prefix="ddp-trainer-torchrun-")
+        args = [f"--log-dir={own_log_dir}", *args]
+    if chosen.tee == "0" and chosen.redirects == "0":
+        args = ["--tee=2", *args]
+    log_dir = Path(chosen.log_dir or own_log_dir or "")
+    try:
+        torch_run.main(args)
+    except ChildFailedError as failed:
+        _, failure = failed.get_first_failure()
+        record_stderr_tail(failure, log_dir, os.environ.get(ERROR_FILE_ENV, ""))
+        raise
+    finally:
+        if own_log_dir:
+            shutil.rmtree(own_log_dir, ignore_errors=True)
+
+
+def record_stderr_tail(failure: ProcessFailure, log_dir: Path, error_file: str) -> bool:
+    """Write the failed worker's last stderr lines to `error_file` when torchrun had no error file of the
+    worker's to put there (and nothing else wrote one). True when it wrote."""
+    if not error_file or os.path.isfile(failure.error_file) or _has_content(error_file):
+        return False
+    stderr_log = worker_stderr_log(log_dir, failure.local_rank)
+    tail = last_lines(stderr_log.read_text(errors="replace")) if stderr_log else ""
+    if not tail:
+        return False
+    Path(error_file).write_text(json.dumps(error_record(tail, failure.exitcode, failure.local_rank)))
+    return True
+
+
+def error_record(tail: str, exit_code: int, local_rank: int) -> dict:
+    """The shape of torchrun's error files after it copies the root cause's into its own (errorCode added)."""
+    return {
+        "message": {
+            "message": tail,
+            "errorCode": exit_code,
+            "extraInfo": {
+                "source": f"stderr of local rank {local_rank}, which wrote no error file",
+                "timestamp": str(int(time.time())),
+            },
+        }
+    }
+
+
+def worker_stderr_log(log_dir: Path, local_rank: int) -> Path | None:
+    """torchrun keeps `<log_dir>/<run id>/attempt_<n>/<local rank>/stderr.log`; the failure is the last attempt's."""
+    attempts: dict[int, Path] = {}
+    for path in log_dir.glob(f"*/attempt_*/{local_rank}/stderr.log"):
+        match = _ATTEMPT.search(path.parent.parent.name)
+        if match:
+            attempts[int(match.group(1))] = path
+    return attempts[max(attempts)] if attempts else None
+
+
+def last_lines(text: str) -> str:
+    """At most STDERR_TAIL_LINES non-blank lines and STDERR_TAIL_CHARS characters from the end, whole lines
+    (one line longer than the limit keeps its end)."""
+    lines = [line.rstrip() for line in text.splitlines() if line.strip()][-STDERR_TAIL_LINES:]
+    while len(lines) > 1 and len("\n".join(lines)) > STDERR_TAIL_CHARS:
+        lines.pop(0)
+    return "\n".join(lines)[-STDERR_TAIL_CHARS:]
+
+
+def _has_content(path: str) -> bool:
+    try:
+        return os.path.getsize(path) > 0
+    except OSError:
+        return False
+
+
+if __name__ == "__main__":
+    main()
