@@ -276,3 +276,19 @@ def test_a_new_attempt_does_not_inherit_an_older_attempts_unplaced_clock():
     job.status(unplacedAttempt=7, unplacedSince=ago(600))
     plan = plan_with(job, pending_pods("a", 4), podgroups=[podgroup("a-0", 0, scheduled=False)], capacity=3)
     assert plan.status["phase"] == "Pending" and plan.status["unplacedAttempt"] == 0
+
+
+@pytest.mark.parametrize("name, failing, want_memory", [
+    ("preempted: the cluster took the size back, remembered", "evicted", True),
+    ("node lost: a node that returns is real room, not remembered", "node", False),
+])
+def test_a_size_taken_back_by_preemption_is_not_grown_into_again_for_the_cooldown(name, failing, want_memory):
+    job = three_of_four().restart_backoff(0).status(desiredReplicas=4, sizeText="3/4", placement="Gang",
+                                                    worldSize=24, observedGeneration=1)
+    pods = [make_pod("a", 0).on_node("n0").build(), make_pod("a", 1).on_node("n1").build()]
+    victim = make_pod("a", 2).on_node("n2")
+    victim.evicted() if failing == "evicted" else victim.on_node("gone")
+    nodes = [make_node("n0"), make_node("n1"), make_node("n2")]
+    s = plan_with(job, pods + [victim.build()], nodes=nodes, capacity=2).status
+    assert (s["phase"], s["replicas"], s["platformRestarts"]) == ("Restarting", 2, 1), name
+    assert (s.get("unplaceableSize"), s.get("unplaceableUntil")) == ((3, ago(-300)) if want_memory else (None, None))

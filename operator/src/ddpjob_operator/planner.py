@@ -571,6 +571,8 @@ def _failure_policy(
     if size != status["replicas"]:
         message += f"; the new group has {size} pods (room for {obs.capacity}), of {spec.replicas} desired"
     out = _sized(c.enter_phase(status, c.RESTARTING, decision.reason, message, obs.now), spec, size)
+    if spec.elastic is not None:
+        resize_policy.remember_taken_back(out, cause.kind, status["replicas"], obs.now, spec.elastic)
     # The backoff grows with the failures of this class: a preemption storm does not slow a trainer bug's retries
     # down, nor the other way round.
     delay = backoff_seconds(

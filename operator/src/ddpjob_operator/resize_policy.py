@@ -13,6 +13,8 @@ says 4 fits -> 4 -> ... So:
 - **Remember** the size that did not place, and when: `status.unplaceableSize` / `status.unplaceableUntil`. For
   `elastic.resizeCooldownSeconds` (300) the job never grows back to it or beyond; after that it may try again.
 - **Grow** only from an attempt that is placed and Running (all its pods), never while it is still pending.
+- A pod **evicted or preempted** out of an elastic group is remembered the same way when the group restarts
+  smaller: the cluster took that size back. A lost node is not: a node that returns is real room.
 
 With the cooldown, a job whose estimate is wrong restarts at most 1 + T / cooldown times in T seconds."""
 
@@ -23,6 +25,8 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from .capacity import GROW, SHRINK, SizeDecision, decide_size
+from .failures import EVICTED
+from .spec import Elastic
 from .status import JobStatus
 from .timefmt import format_time, parse_time
 
@@ -109,3 +113,12 @@ def remember(out: JobStatus, decision: SizeDecision, previous_size: int, now: da
     if decision.reason == SHRINK:
         out["unplaceableSize"] = previous_size
         out["unplaceableUntil"] = format_time(now + timedelta(seconds=cooldown))
+
+
+def remember_taken_back(out: JobStatus, kind: str, previous_size: int, now: datetime, elastic: Elastic) -> None:
+    """A pod evicted or preempted (not a lost node: a node that comes back is real room): the cluster took that
+    size back, so the job does not grow into it again for the cooldown. Under a preemptor that comes and goes,
+    the job then restarts at most once per cooldown instead of at each of its arrivals."""
+    if kind == EVICTED and out["replicas"] < previous_size:
+        out["unplaceableSize"] = previous_size
+        out["unplaceableUntil"] = format_time(now + timedelta(seconds=elastic.resize_cooldown_seconds))
