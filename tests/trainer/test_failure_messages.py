@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from ddp_trainer import torchrun as launcher
+from ddp_trainer.final_step import final_step_record
 from ddpjob_localnode.pod_status import termination_message
 from ddpjob_operator import failures
 from launch import DDP_TORCHRUN, TORCHRUN, run, trainer_env
@@ -105,6 +106,7 @@ def _stderr(log_dir: Path, attempt: int, local_rank: int, text: str) -> None:
     path.write_text(text)
 
 
+FINAL = final_step_record(100)
 RECORD_CASES = [
     # name, stderr logs {(attempt, local rank): text}, failure, error file before, want message (None: unwritten)
     ("the failed rank's own lines", {(0, 0): "rank 0 fine\n", (0, 1): "boom on 1\n"}, _Failure(1, 3), "",
@@ -115,6 +117,7 @@ RECORD_CASES = [
     ("a worker with its own error file: torchrun copied it", {(0, 0): "boom\n"}, _Failure(0, 3, "SELF"), "", None),
     ("silent worker: nothing to add", {(0, 0): "\n\n"}, _Failure(0, -9), "", None),
     ("no log of that rank", {(0, 0): "boom\n"}, _Failure(1, 3), "", None),
+    ("worker 0's final step is no verdict on a failed pod", {(0, 1): "boom\n"}, _Failure(1, 3), FINAL, "boom"),
 ]
 
 
@@ -153,3 +156,10 @@ def test_last_lines(name, text, want):
     got = launcher.last_lines(text)
     assert got == want, name
     assert len(got) <= launcher.STDERR_TAIL_CHARS
+
+
+def test_a_final_step_left_by_worker_0_is_cleared_when_the_pod_fails_silently(tmp_path):
+    error_file = tmp_path / "termination-log"
+    error_file.write_text(FINAL)
+    assert launcher.record_stderr_tail(_Failure(1, -9), tmp_path / "logs", str(error_file)) is False  # type: ignore[arg-type]
+    assert error_file.read_text() == ""

@@ -198,6 +198,20 @@ def worker_last_lines(log_tail: str) -> str:
     return tail[-WORKER_TAIL_CHARS:]
 
 
+def finished_step(pod: dict[str, Any]) -> int | None:
+    """The final step worker 0's trainer left in its termination message on success (`{"finished": {"step": N}}`,
+    ddp_trainer/final_step.py; tests/trainer/test_final_step.py holds the two equal), or None."""
+    terminated = _trainer_terminated(pod) or {}
+    text = (terminated.get("message") or "").strip()
+    if terminated.get("exitCode") != 0 or not text.startswith("{"):
+        return None
+    try:
+        step = (json.loads(text).get("finished") or {}).get("step")
+    except (ValueError, AttributeError):
+        return None
+    return step if isinstance(step, int) and not isinstance(step, bool) and step >= 0 else None
+
+
 def _disrupted(status: dict[str, Any]) -> bool:
     return any(
         c.get("type") == "DisruptionTarget" and c.get("status") == "True" for c in status.get("conditions") or []

@@ -612,11 +612,21 @@ def _success_policy(obs: Observed, status: JobStatus, pods: SortedPods, plan: Pl
     message = f"all {replicas} pods of attempt {status['attempt']} succeeded"
     out = c.enter_phase(status, c.SUCCEEDED, "Succeeded", message, obs.now)
     out.update({"completionTime": format_time(obs.now), "readyReplicas": 0, "readyText": f"0/{replicas}"})
+    _final_progress(obs, out, pods.current.get(0))
     _drop_restart_clock(out)
     plan.event(NORMAL, "Succeeded", message)
     plan.observe("jobs_succeeded")
     plan.requeue(0)
     return out
+
+
+def _final_progress(obs: Observed, status: JobStatus, worker0: dict[str, Any] | None) -> None:
+    """The step worker 0 finished at, when newer than the last scrape (which can be an interval before the exit)."""
+    step = failures.finished_step(worker0) if worker0 is not None else None
+    progress = status.get("progress") or {}
+    if step is None or step <= progress.get("step", -1):
+        return
+    status["progress"] = {**progress, "step": step, "attempt": status["attempt"], "advanceTime": format_time(obs.now)}
 
 
 # --- 6. create ------------------------------------------------------------------------------------------------

@@ -11,7 +11,10 @@ stderr also kept in a file (`--tee=2`, unless the arguments already choose where
 fails with no error file for its root-cause worker, writes that worker's last stderr lines to the error file in the
 JSON shape torchrun's own error files have (`message.message`, `message.errorCode`), which the operator reads.
 Everything else (exit code, signals, console output but for torchrun's `[default<rank>]:` prefix on tee'd stderr
-lines) is torchrun's own."""
+lines) is torchrun's own.
+
+It also hands the pod's termination-log path to the workers (final_step.TERMINATION_LOG_ENV; torchrun points
+their TORCHELASTIC_ERROR_FILE at files of its own), so that worker 0 can leave its final step there on success."""
 
 from __future__ import annotations
 
@@ -26,6 +29,8 @@ from pathlib import Path
 
 from torch.distributed import run as torch_run
 from torch.distributed.elastic.multiprocessing.errors import ChildFailedError, ProcessFailure
+
+from .final_step import TERMINATION_LOG_ENV, is_final_step_record
 
 # Enough lines for a short traceback's end; few enough characters that the operator (1024) and the kubelet (4096
 # bytes) keep all of them, so the last line, the cause, is never the one cut.
@@ -46,6 +51,8 @@ def main(argv: list[str] | None = None) -> None:
     if chosen.tee == "0" and chosen.redirects == "0":
         args = ["--tee=2", *args]
     log_dir = Path(chosen.log_dir or own_log_dir or "")
+    if os.environ.get(ERROR_FILE_ENV):
+        os.environ.setdefault(TERMINATION_LOG_ENV, os.environ[ERROR_FILE_ENV])
     try:
         torch_run.main(args)
     except ChildFailedError as failed:
@@ -60,7 +67,11 @@ def main(argv: list[str] | None = None) -> None:
 def record_stderr_tail(failure: ProcessFailure, log_dir: Path, error_file: str) -> bool:
     """Write the failed worker's last stderr lines to `error_file` when torchrun had no error file of the
     worker's to put there (and nothing else wrote one). True when it wrote."""
-    if not error_file or os.path.isfile(failure.error_file) or _has_content(error_file):
+    if not error_file or os.path.isfile(failure.error_file):
+        return False
+    if _holds_final_step(error_file):
+        Path(error_file).write_text("")  # worker 0 finished, yet the pod failed: its success is no verdict
+    elif _has_content(error_file):
         return False
     stderr_log = worker_stderr_log(log_dir, failure.local_rank)
     tail = last_lines(stderr_log.read_text(errors="replace")) if stderr_log else ""
@@ -101,6 +112,13 @@ def last_lines(text: str) -> str:
     while len(lines) > 1 and len("\n".join(lines)) > STDERR_TAIL_CHARS:
         lines.pop(0)
     return "\n".join(lines)[-STDERR_TAIL_CHARS:]
+
+
+def _holds_final_step(path: str) -> bool:
+    try:
+        return is_final_step_record(Path(path).read_text())
+    except OSError:
+        return False
 
 
 def _has_content(path: str) -> bool:

@@ -20,6 +20,7 @@ from .checkpoint import CheckpointStore
 from .config import Config
 from .ddp_model import autocast_context, wrap_model
 from .distributed_env import DistEnv
+from .final_step import write_final_step
 from .lr_schedule import LearningRateSchedule
 from .metrics import TrainerMetrics, metrics_address, serve
 from .preemption import PreemptionFlag, StopVote
@@ -262,6 +263,7 @@ class Trainer:
         else:
             value = self.last_loss
         emit(done_line(self.who, self.cfg.train.steps, self.workload.final_metric, value, wall_seconds))
+        write_final_step(self.step)
 
     def _warn(self, message: str) -> None:
         warn(self.who, message)
