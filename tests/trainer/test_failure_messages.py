@@ -4,9 +4,9 @@ operator's own classify_pod_failure reading the result.
 
 The harness records its own errors in the error file. A worker that dies before any code of ours runs (a missing
 script, an import error or a bad argument in a user's script) leaves only its stderr: under the image's entrypoint,
-`python -m ddp_trainer.torchrun`, that worker's last stderr lines go into the error file, at any process count. Under plain torchrun
-the operator finds them above torchrun's report in the log's 2 KiB tail, which holds them with one process a pod
-only (with two, torchrun's table for each rank pushes them out)."""
+`python -m ddp_trainer.torchrun`, that worker's last stderr lines go into the error file, at any process count.
+Under plain torchrun the operator finds them above torchrun's report in the log's 2 KiB tail, which holds them with
+one process a pod only (with two, torchrun's table for each rank pushes them out)."""
 
 from __future__ import annotations
 

@@ -28,7 +28,8 @@ CASES = [
     # name, status.progress before, worker 0's message, worker 1's message, want progress after
     ("the final step replaces an older scrape", SCRAPED, FINISHED, "",
      {**SCRAPED, "step": 3000, "advanceTime": ago(0)}),
-    ("a job never scraped gets its final step", None, FINISHED, "", {"step": 3000, "attempt": 0, "advanceTime": ago(0)}),
+    ("a job never scraped gets its final step", None, FINISHED, "",
+     {"step": 3000, "attempt": 0, "advanceTime": ago(0)}),
     ("no final step: the last scrape stays", SCRAPED, "", "", SCRAPED),
     ("a scrape already at the end stays", {**SCRAPED, "step": 3000}, FINISHED, "", {**SCRAPED, "step": 3000}),
     ("only worker 0's message counts", SCRAPED, "", json.dumps({"finished": {"step": 5000}}), SCRAPED),
