@@ -11,6 +11,7 @@ import argparse
 import json
 from pathlib import Path
 
+from local_recovery import TOTAL, check_parts
 from trainer_summary import load_trainer
 
 
@@ -152,10 +153,16 @@ def report_rows(report: dict) -> list[str]:
 
 
 def local_rows(local: dict) -> list[str]:
+    """Refuses a breakdown whose parts do not add up to its total (local_recovery.check_parts): a row that is
+    dropped on the way hides where the time went."""
     b = local["breakdown_seconds"]
-    parts = ", ".join(f"{k} {v:.1f}" for k, v in b.items() if k != "recovery total")
+    check_parts(b)
+    parts = ", ".join(f"{k} {v:.1f}" for k, v in b.items() if k != TOTAL)
+    restarts = f", {local['restarts']} restarts" if local.get("restarts") is not None else ""
+    old = " (earlier design, not re-run: see the note below)" if local.get("method") == "old" else ""
     return [
-        f"| local recovery: kill -9 -> steps advancing | {_s(b.get('recovery total'))} s ({parts}) | - | - | - | - |"
+        f"| local recovery: kill -9 -> steps advancing{old} | {_s(b.get(TOTAL))} s ({parts}{restarts}) "
+        f"| - | - | - | - |"
     ]
 
 

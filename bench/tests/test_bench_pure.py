@@ -5,18 +5,20 @@ verdicts, the trainer join, the demo breakdown parser and the summary table. No 
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 
 import summary
+from ddpjob_localnode.recovery import PHASES, TOTAL, RecoveryClock, TrainerLog
 
 # bench/'s modules come from pytest.ini's pythonpath, as the scripts find each other when run from bench/.
 from latency_stats import percentile, summarize
-from local_recovery import parse_breakdown
+from local_recovery import TOLERANCE_S, check_parts, parse_breakdown, parse_restarts
 from operator_scale import ratios, verdicts
 from request_counts import RequestCounts, parse_counts
-from summary import gang_rows, scale_rows, trainer_rows
+from summary import gang_rows, local_rows, scale_rows, trainer_rows
 from trainer_summary import join_scaling
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -158,6 +160,64 @@ def test_demo_breakdown_is_parsed_and_other_lines_ignored():
         "rendezvous": 3.0,
         "recovery total": 12.75,
     }
+
+
+def _local(**breakdown: float) -> dict:
+    return {"breakdown_seconds": {k.replace("_", " "): v for k, v in breakdown.items()}}
+
+
+@pytest.mark.parametrize(
+    "name, local, adds_up",
+    [
+        ("exact", _local(detection=2.0, pod_recreation=1.0, process_start=9.0, recovery_total=12.0), True),
+        ("rounding within the tolerance", _local(detection=2.0, process_start=9.0, recovery_total=11.9), True),
+        (
+            "a dropped part",
+            _local(detection=3.13, pod_recreation=1.53, process_start=20.2, recovery_total=111.58),
+            False,
+        ),
+        ("a part counted twice", _local(detection=5.0, pod_recreation=5.0, recovery_total=5.0), False),
+        ("just past the tolerance", _local(detection=2.0, recovery_total=2.0 + TOLERANCE_S + 0.01), False),
+    ],
+)
+def test_local_recovery_row_refuses_parts_that_do_not_add_up_to_the_total(name, local, adds_up):
+    if adds_up:
+        assert local_rows(local)[0].startswith("| local recovery: kill -9 -> steps advancing |"), name
+    else:
+        with pytest.raises(ValueError, match="unaccounted for, tolerance 1.0 s"):
+            local_rows(local)
+
+
+def test_local_recovery_without_a_total_is_refused():
+    with pytest.raises(ValueError, match="no 'recovery total'"):
+        check_parts({"detection": 1.0})
+
+
+def test_the_recorded_local_recovery_adds_up_to_its_total():
+    local = json.loads((ROOT / "bench" / "results" / "local_recovery.json").read_text())
+    check_parts(local["breakdown_seconds"])
+    assert set(local["breakdown_seconds"]) <= set(PHASES)
+
+
+def test_every_row_the_recovery_clock_prints_is_read_back_and_adds_up():
+    """The demo prints RecoveryClock.breakdown's rows (hack/demo.py: `  {name:<16} {seconds:6.2f} s`); a row
+    the parser does not know was once dropped, and 86 s of a 111.6 s total went missing with it."""
+    clock = RecoveryClock()
+    clock.kill(100.0, step=400)
+    attempt = {"metadata": {"labels": {"ddpjob.dev/restart-attempt": "1"}}, "status": {"phase": "Running"}}
+    later = {"metadata": {"labels": {"ddpjob.dev/restart-attempt": "2"}}, "status": {"phase": "Running"}}
+    clock.observe({"restarts": 1, "attempt": 1, "replicas": 2}, [], 103.0)
+    clock.observe({"restarts": 1, "attempt": 1, "replicas": 2}, [attempt] * 2, 104.5)
+    clock.observe({"restarts": 2, "attempt": 2, "replicas": 2}, [later] * 2, 150.0)  # attempt 1 never advanced
+    trainer = TrainerLog(ready_at=172.0, process_s=20.0, rendezvous_s=0.2, checkpoint_load_s=0.1, first_step_at=173.0)
+    rows = clock.breakdown(trainer)
+    assert [name for name, _ in rows] == list(PHASES)
+    printed = "\n".join(f"  {name:<16} {seconds:6.2f} s" for name, seconds in rows) + "\n  restarts         2\n"
+    parsed = parse_breakdown(printed)
+    assert list(parsed) == list(PHASES)
+    assert parsed["later restarts"] == 45.5 and parsed[TOTAL] == 73.0
+    check_parts(parsed)
+    assert parse_restarts(printed) == 2
 
 
 def test_gang_rows_name_the_baseline_and_a_run_that_never_finished():

@@ -16,6 +16,21 @@ from .agent import DDPJOB_LABELS
 
 _LABEL = dict(DDPJOB_LABELS)  # the operator's pod labels, as the agent names them
 
+TOTAL = "recovery total"
+# RecoveryClock.breakdown's rows in order, said once: `make demo` prints them and bench/local_recovery.py reads
+# them back. Every row but the total is a part, and the parts add up to the total (bench/tests checks the JSON).
+PHASES = (
+    "detection",
+    "pod recreation",
+    "later restarts",
+    "torchrun start",
+    "process start",
+    "rendezvous",
+    "checkpoint load",
+    "first steps",
+    TOTAL,
+)
+
 
 def parse_time(stamp: str) -> float:
     """RFC 3339 with up to nanoseconds (kubectl logs --timestamps) as epoch seconds."""
@@ -63,11 +78,19 @@ def parse_trainer_log(text: str) -> TrainerLog:
 
 @dataclass
 class RecoveryClock:
+    """Kill -> steps advancing again, from the API as a poller sees it. The group may restart more than once
+    before it advances (an attempt whose pods run but whose steps never move, then a NoProgress restart): the
+    log's `ready` line belongs to the last attempt, so its pods' Running time is the one the in-process phases
+    are measured from, and the attempts between the first and the last are a phase of their own."""
+
     killed_at: float | None = None
     killed_step: int = 0
     restarts_before: int = 0
+    restarts_after: int = 0  # group restarts seen since the kill
     detected_at: float | None = None
-    pods_running_at: float | None = None
+    first_running_at: float | None = None  # every pod of the first new attempt Running
+    pods_running_at: float | None = None  # every pod of the latest attempt Running
+    running_attempt: str | None = None
 
     def kill(self, now: float, step: int, restarts: int = 0) -> None:
         self.killed_at, self.killed_step, self.restarts_before = now, step, restarts
@@ -75,28 +98,36 @@ class RecoveryClock:
     def observe(self, status: dict, pods: list[dict], now: float) -> None:
         if self.killed_at is None:
             return
-        if self.detected_at is None and status.get("restarts", 0) > self.restarts_before:
+        restarts = status.get("restarts", 0)
+        if self.detected_at is None and restarts > self.restarts_before:
             self.detected_at = now
+        if self.detected_at is None:
+            return
+        self.restarts_after = max(self.restarts_after, restarts - self.restarts_before)
         attempt = str(status.get("attempt", ""))
         current = [p for p in pods if p["metadata"]["labels"].get(_LABEL["attempt"]) == attempt]
         if (
-            self.detected_at is not None
-            and self.pods_running_at is None
+            attempt != self.running_attempt
             and current
             and len(current) >= int(status.get("replicas") or len(current))
             and all(p.get("status", {}).get("phase") == "Running" for p in current)
         ):
-            self.pods_running_at = now
+            self.running_attempt, self.pods_running_at = attempt, now
+            if self.first_running_at is None:
+                self.first_running_at = now
 
     def breakdown(self, trainer: TrainerLog) -> list[tuple[str, float]]:
-        """(phase, seconds) from the kill until training steps advance again."""
-        killed, detected, running, ready = self.killed_at, self.detected_at, self.pods_running_at, trainer.ready_at
-        if killed is None or detected is None or running is None or ready is None:
+        """(phase, seconds) from the kill until training steps advance again, in PHASES' order."""
+        killed, detected, ready = self.killed_at, self.detected_at, trainer.ready_at
+        first, running = self.first_running_at, self.pods_running_at
+        if killed is None or detected is None or first is None or running is None or ready is None:
             return [("incomplete", -1.0)]
         in_process = ready - running
         rows = [
             ("detection", detected - killed),
-            ("pod recreation", running - detected),
+            ("pod recreation", first - detected),
+            # Attempts after the first whose steps never advanced: their detection and recreation included.
+            ("later restarts", running - first),
             # torchrun's own start-up and its c10d rendezvous, until it spawns the trainer processes.
             ("torchrun start", max(0.0, in_process - trainer.process_s)),
             # The trainer process: Python + torch imports, model and data, before and after its rendezvous.
@@ -106,7 +137,7 @@ class RecoveryClock:
         ]
         end = trainer.first_step_at or ready
         rows.append(("first steps", max(0.0, end - ready)))
-        rows.append(("recovery total", end - killed))
+        rows.append((TOTAL, end - killed))
         return rows
 
 
