@@ -125,7 +125,8 @@ def test_defaults_are_applied(kube, crds):
     assert spec["nprocPerNode"] == "auto"
     assert spec["restartPolicy"] == "OnFailure"
     assert spec["runPolicy"] == {"backoffLimit": 3, "cleanPodPolicy": "Running", "suspend": False,
-                                 "restartBackoffSeconds": 5, "platformFailureLimit": 20, "healthyResetSeconds": 3600}
+                                 "restartBackoffSeconds": 5, "platformFailureLimit": 20, "healthyResetSeconds": 3600,
+                                 "placementTimeoutSeconds": 120}
     assert spec["rendezvous"] == {"port": 29400, "joinTimeoutSeconds": 600, "lastCallTimeoutSeconds": 30}
     assert spec["shmSize"] == "4Gi"
 

@@ -22,7 +22,17 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from . import api, failure_class, failures, gang, ownership, pod_rejection, resize_policy, termination
+from . import (
+    api,
+    failure_class,
+    failures,
+    gang,
+    ownership,
+    placement_timeout,
+    pod_rejection,
+    resize_policy,
+    termination,
+)
 from . import conditions as c
 from .builders import JobRef, build_network_policy, build_podgroup, build_service, build_worker_pod
 from .capacity import GROW, SHRINK, size_to_start
@@ -213,6 +223,9 @@ def _plan_steps(
     new_status = _success_policy(obs, status, pods, plan)
     if new_status is not None:
         return new_status
+    new_status = _placement_timeout(obs, spec, status, pods, plan)
+    if new_status is not None:
+        return new_status
     new_status = _resize_to_capacity(obs, spec, status, pods, plan)
     if new_status is not None:
         return new_status
@@ -249,6 +262,7 @@ def _placement(obs: Observed, status: JobStatus, pods: SortedPods, plan: Plan) -
         status["conditions"] = c.set_condition(conditions, PLACED, "False", verdict.reason, message, obs.now)
         status["reason"] = verdict.reason or "Unschedulable"
     elif pods.current and all((p.get("spec") or {}).get("nodeName") for p in pods.current.values()):
+        status.pop("placementTimeouts", None)  # placed whole: the streak of placement timeouts is over
         message = f"all {status['replicas']} pods of attempt {status['attempt']} are placed"
         status["conditions"] = c.clear_condition(conditions, PLACED, "Placed", message, obs.now)
         if c.find_condition(status["conditions"], PLACED) is not None:
@@ -408,6 +422,37 @@ def _unschedulable(obs: Observed, status: JobStatus, pods: SortedPods) -> gang.V
     # The gang's own message is generic ("pod group is unschedulable"); a member pod's says what is short.
     detail = pod_verdict.message if pod_verdict is not None and "pod group" not in pod_verdict.message else ""
     return gang.Verdict(False, verdict.reason, "; ".join(m for m in (verdict.message, detail) if m))
+
+
+def _placement_timeout(
+    obs: Observed, spec: JobSpec, status: JobStatus, pods: SortedPods, plan: Plan
+) -> JobStatus | None:
+    """Placed pod by pod and not all placed in time: continue at what is placed, or release it (never a failure;
+    placement_timeout.py)."""
+    verdict, wait = placement_timeout.decide(
+        status=status,
+        pods=list(pods.current.values()),
+        timeout_seconds=spec.run_policy.placement_timeout_seconds,
+        minimum=spec.elastic.min_replicas if spec.elastic else None,
+        job_uid=obs.job["metadata"]["uid"],
+        now=obs.now,
+    )
+    if wait is not None:
+        plan.requeue(wait)
+    if verdict is None:
+        return None
+    if verdict.action == placement_timeout.PLACED_TO_FIT:
+        return _new_group(obs, spec, status, plan, verdict.size, verdict.action, verdict.message)
+    out = _sized(c.enter_phase(status, c.PENDING, verdict.action, verdict.message, obs.now), spec, verdict.size)
+    out.update({"attempt": status["attempt"] + 1, "reason": verdict.action})
+    out["placementTimeouts"] = status.get("placementTimeouts", 0) + 1
+    out["conditions"] = c.set_condition(
+        out.get("conditions") or [], PLACED, "False", verdict.action, verdict.message, obs.now
+    )
+    _start_no_sooner(out, obs.now, verdict.delay)
+    plan.event(WARNING, verdict.action, verdict.message)
+    plan.requeue(0)
+    return out
 
 
 def _resize_to_capacity(

@@ -38,6 +38,7 @@ class RunPolicy:
     progress_deadline_seconds: int | None = None
     platform_failure_limit: int = 20  # failure_class.py: the platform's failures have their own budget
     healthy_reset_seconds: int = 3600  # both budgets start over after an attempt ran healthy this long (0: never)
+    placement_timeout_seconds: int = 120  # placement_timeout.py: placed pod by pod, not all placed this long
 
 
 @dataclass(frozen=True)
@@ -124,6 +125,7 @@ def parse_spec(raw: dict[str, Any]) -> JobSpec:
             progress_deadline_seconds=run.get("progressDeadlineSeconds"),
             platform_failure_limit=int(run.get("platformFailureLimit", 20)),
             healthy_reset_seconds=int(run.get("healthyResetSeconds", 3600)),
+            placement_timeout_seconds=int(run.get("placementTimeoutSeconds", 120)),
         ),
         rendezvous=Rendezvous(
             port=int(rdzv.get("port", 29400)),

@@ -63,6 +63,7 @@ class JobStatus(TypedDict, total=False):
     unplaceableUntil: str  # ...and until when the job does not grow back to it
     unplacedSince: str  # when the current attempt was first seen unplaced...
     unplacedAttempt: int  # ...and which attempt that clock belongs to
+    placementTimeouts: int  # placement_timeout.py: attempts released in a row for not being placed in time
     progress: Progress
 
 
