@@ -7,7 +7,8 @@ at its fourth node incident. So failures come in two classes, each with its own 
 - Trainer: a non-zero exit (ExitCode), killed by a signal or OOMKilled (Signal), no progress (NoProgress), a pod
   that failed without saying why (Unknown). Budget `runPolicy.backoffLimit` (3), counted in `status.restarts`.
 - Platform: evicted or preempted, by the pod's `DisruptionTarget` condition or the kubelet's `Evicted` (Evicted);
-  deleted by someone else, or gone (Deleted); its node NotReady past the grace, or gone (NodeLost). Budget
+  deleted by someone else, or gone (Deleted); its node NotReady past the grace, or gone (NodeLost); torchrun's
+  rendezvous timed out, so the group never formed (RendezvousTimeout: pods not all placed or reachable). Budget
   `runPolicy.platformFailureLimit` (20), counted in `status.platformRestarts`.
 
 The class is read from the pod (its phase, reason, conditions, container state), never guessed from timing.
@@ -29,7 +30,7 @@ from .timefmt import parse_time
 
 TRAINER = "Trainer"
 PLATFORM = "Platform"
-PLATFORM_KINDS = frozenset({f.EVICTED, f.DELETED, f.NODE_LOST})
+PLATFORM_KINDS = frozenset({f.EVICTED, f.DELETED, f.NODE_LOST, f.RENDEZVOUS})
 
 
 def class_of(failure: f.Failure) -> str:

@@ -17,6 +17,7 @@ EVICTED = "Evicted"
 DELETED = "Deleted"
 NODE_LOST = "NodeLost"
 NO_PROGRESS = "NoProgress"
+RENDEZVOUS = "RendezvousTimeout"
 UNKNOWN = "Unknown"
 
 MESSAGE_LIMIT = 1024
@@ -39,6 +40,7 @@ class Failure:
             DELETED: "was deleted",
             NODE_LOST: "lost its node",
             NO_PROGRESS: "made no training progress",
+            RENDEZVOUS: "could not form its group with the others (torchrun's rendezvous timed out)",
         }.get(self.kind, "failed")
         text = f"pod {self.pod} {what}"
         if self.reason:
@@ -136,6 +138,17 @@ def _terminated_failure(pod: dict[str, Any], now: datetime) -> Failure:
         )
     code = terminated.get("exitCode")
     message = terminated.get("message", "")
+    if worker_code_absent_and_rendezvous_failed(message):
+        # torchrun's agent gave up forming the group (not all pods placed or reachable in joinTimeoutSeconds) and
+        # exited 1: that 1 is no verdict on the trainer's code.
+        return Failure(
+            pod=name,
+            kind=RENDEZVOUS,
+            exit_code=code,
+            reason="RendezvousTimeout",
+            message=_trim(_inner_message(message)),
+            at=parse_time(terminated.get("finishedAt")) or now,
+        )
     worker_code, worker_message = worker_root_cause(message)
     signalled = bool(terminated.get("signal"))
     if worker_code is not None:
@@ -152,6 +165,29 @@ def _terminated_failure(pod: dict[str, Any], now: datetime) -> Failure:
         message=_trim(message),
         at=parse_time(terminated.get("finishedAt")) or now,
     )
+
+
+# What torchrun's @record leaves when its agent, not a worker, failed to form the group.
+_RENDEZVOUS_FAILED = re.compile(r"Rendezvous(Timeout|Closed)Error|rendezvous .*timed out", re.I)
+
+
+def _inner_message(text: str) -> str:
+    """The message of torchrun's error-file JSON (not its call stack), or the text as it is."""
+    try:
+        inner = json.loads(text).get("message")
+    except (ValueError, AttributeError):
+        return text
+    if isinstance(inner, dict):
+        return str(inner.get("message") or text)
+    return str(inner or text)
+
+
+def worker_code_absent_and_rendezvous_failed(termination_message: str) -> bool:
+    """The termination log says the rendezvous failed, and no worker's own exit code is in it."""
+    if not _RENDEZVOUS_FAILED.search(termination_message or ""):
+        return False
+    code, _ = worker_root_cause(termination_message)
+    return code is None
 
 
 _EXITCODE_LINE = re.compile(r"exitcode\s*:\s*(-?\d+)")

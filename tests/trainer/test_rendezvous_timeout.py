@@ -1,0 +1,44 @@
+"""A group that never forms (a pod of it not placed, not reachable) ends in torchrun's rendezvous timeout, exit 1
+from the agent, not from any worker. The operator must not read that 1 as the trainer's exit code: under
+`restartPolicy: ExitCode` it would be permanent, under OnFailure a spent restart (failures.py, RendezvousTimeout,
+the platform's class). The termination log here is the real one torchrun writes, through the image's launcher."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+from datetime import datetime, timezone
+
+from ddpjob_operator import failures
+from ddpjob_operator.failure_class import PLATFORM, class_of
+from ddpjob_operator.restart_policy import RESTART, RestartBudget, decide_restart
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_a_rendezvous_timeout_is_not_the_trainers_exit_code(tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text("print('never runs: the second node never joins')\n")
+    error_file = tmp_path / "termination-log"
+    done = subprocess.run(
+        [sys.executable, "-m", "ddp_trainer.torchrun", "--nnodes=2", "--nproc-per-node=1", "--rdzv-backend=c10d",
+         f"--rdzv-endpoint=127.0.0.1:{free_port()}", "--rdzv-conf=join_timeout=3,is_host=true", "--max-restarts=0",
+         str(script)],
+        env={**os.environ, "TORCHELASTIC_ERROR_FILE": str(error_file)}, capture_output=True, text=True, timeout=180)
+    assert done.returncode == 1, done.stderr[-2000:]
+    message = error_file.read_text()[:4096]  # what the kubelet keeps of the termination log
+    pod = {"metadata": {"name": "j-worker-1"}, "spec": {"containers": [{"name": "trainer"}]},
+           "status": {"phase": "Failed", "containerStatuses": [{"name": "trainer", "state": {"terminated": {
+               "exitCode": 1, "reason": "Error", "message": message}}}]}}
+    failure = failures.classify_pod_failure(pod, {}, datetime.now(timezone.utc), 30)
+    assert (failure.kind, failure.reason, class_of(failure)) == ("RendezvousTimeout", "RendezvousTimeout", PLATFORM)
+    assert failure.message.startswith("RendezvousTimeoutError")
+    decision = decide_restart("ExitCode", failure, RestartBudget(3, 0), RestartBudget(20, 0))
+    assert decision.action == RESTART, "never PermanentExitCode: the 1 was torchrun's agent, not the trainer"
+    assert "rendezvous timed out" in decision.message
