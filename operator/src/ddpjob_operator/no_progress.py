@@ -20,8 +20,11 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, cast
 
+from . import conditions as c
 from . import failures
-from .status import Progress
+from .plan import Plan
+from .spec import trainer_container
+from .status import JobStatus, Progress
 from .timefmt import format_time, parse_time
 
 
@@ -110,3 +113,37 @@ def decide_no_progress(
 
 def _failure(pod: str, message: str, now: datetime) -> failures.Failure:
     return failures.Failure(pod=pod, kind=failures.NO_PROGRESS, reason="NoProgress", message=message, at=now)
+
+
+def trainer_ready(pod: dict[str, Any] | None) -> bool | None:
+    """The kubelet's readiness of worker 0's trainer container (its probe on the metrics port), if reported."""
+    if pod is None:
+        return None
+    container = trainer_container((pod.get("spec") or {}).get("containers") or []) or {}
+    for cs in (pod.get("status") or {}).get("containerStatuses") or []:
+        if cs.get("name") == container.get("name") and "ready" in cs:
+            return bool(cs["ready"])
+    return None
+
+
+def show_progress_unknown(now: datetime, status: JobStatus, unknown: list[str], plan: Plan) -> None:
+    """ProgressUnknown=True while worker 0 cannot be reached but is alive; said (event, metric) once per change."""
+    conditions = status.get("conditions") or []
+    if not unknown:
+        message = "worker 0's progress is read"
+        status["conditions"] = c.clear_condition(conditions, UNKNOWN_CONDITION, "ProgressRead", message, now)
+        return
+    shown = c.find_condition(conditions, UNKNOWN_CONDITION)
+    if shown is None or shown.get("status") != "True":
+        plan.event("Warning", UNKNOWN_CONDITION, unknown[0])
+        plan.observe("progress_unknown")
+    status["conditions"] = c.set_condition(conditions, UNKNOWN_CONDITION, "True", "MetricsUnreachable", unknown[0], now)
+
+
+def final_progress(now: datetime, status: JobStatus, worker0: dict[str, Any] | None) -> None:
+    """The step worker 0 finished at, when newer than the last scrape (which can be an interval before the exit)."""
+    step = failures.finished_step(worker0) if worker0 is not None else None
+    progress = status.get("progress") or {}
+    if step is None or step <= progress.get("step", -1):
+        return
+    status["progress"] = {**progress, "step": step, "attempt": status["attempt"], "advanceTime": format_time(now)}

@@ -1,11 +1,14 @@
 """The reconcile planner: (job, pods, nodes, now) -> Plan. Pure, and runs its steps in a fixed order (JobSet's):
 
   1. sort pods (current attempt, earlier attempts) and initialise status;
-  2. finish: clean up and expire a terminal job, release its pods' tracking finalizers;
-  3. delete pods of earlier attempts and release their tracking finalizers;
+  2. finish: clean up and expire a terminal job, release its pods' tracking finalizers (and an earlier job's of
+     the same name: ownership.py);
+  3. delete pods of earlier attempts (force-deleting only when safe: termination.py) and release their tracking
+     finalizers;
   4. deadline, suspend/resume, rescale;
-  5. a refused pod's verdict, failure policy, then success policy;
-  6. create the headless Service and the missing pods of the current attempt;
+  5. a refused pod's verdict, failure policy (failure_class.py, no_progress.py), success policy, then the
+     placement timeout (placement_timeout.py) and an elastic resize (resize_policy.py);
+  6. create the headless Service (never adopting another's: ownership.py) and the missing pods;
   7. readiness, phase and progress.
 
 Destructive actions follow only from state already written: a restart or a suspension first bumps
@@ -36,11 +39,18 @@ from . import (
 from . import conditions as c
 from .builders import JobRef, build_network_policy, build_podgroup, build_service, build_worker_pod
 from .capacity import GROW, SHRINK, size_to_start
-from .no_progress import UNKNOWN_CONDITION, Liveness, decide_no_progress, progress_after_scrape
+from .no_progress import (
+    Liveness,
+    decide_no_progress,
+    final_progress,
+    progress_after_scrape,
+    show_progress_unknown,
+    trainer_ready,
+)
 from .plan import Observed, Plan
 from .progress import metrics_url
 from .restart_policy import RESTART, RestartBudget, backoff_seconds, decide_restart
-from .spec import JobSpec, parse_spec, trainer_container
+from .spec import JobSpec, parse_spec
 from .status import JobStatus, LastFailure, status_of
 from .timefmt import format_time, parse_time
 
@@ -313,24 +323,7 @@ def _delete_stale(obs: Observed, settings: PlannerSettings, status: JobStatus, p
             stuck.append(f"pod {name} is still Terminating: {verdict.why}")
         if verdict.wait is not None:
             plan.requeue(verdict.wait)
-    _report_stuck(obs, status, stuck, plan)
-
-
-def _report_stuck(obs: Observed, status: JobStatus, stuck: list[str], plan: Plan) -> None:
-    """Old pods the operator will not force-delete (termination.py), said once per change."""
-    conditions = status.get("conditions") or []
-    if not stuck:
-        message = "no pod of an earlier attempt is stuck Terminating"
-        status["conditions"] = c.clear_condition(conditions, termination.STUCK_CONDITION, "Gone", message, obs.now)
-        return
-    message = "; ".join(stuck)
-    shown = c.find_condition(conditions, termination.STUCK_CONDITION)
-    if shown is None or shown.get("status") != "True" or shown.get("message") != message:
-        plan.event(WARNING, "PodsStuckTerminating", message)
-        plan.observe("pods_stuck_terminating", len(stuck))
-    status["conditions"] = c.set_condition(
-        conditions, termination.STUCK_CONDITION, "True", "StuckTerminating", message, obs.now
-    )
+    termination.report_stuck(obs.now, status, stuck, plan)
 
 
 # --- 4. deadline, suspend, rescale ----------------------------------------------------------------------------
@@ -525,42 +518,15 @@ def current_failures(
             obs.progress_since,
             obs.now,
             pod=api.worker_name(obs.job["metadata"]["name"], 0),
-            liveness=Liveness(_trainer_ready(pods.current.get(0)), obs.scrapes_current),
+            liveness=Liveness(trainer_ready(pods.current.get(0)), obs.scrapes_current),
             unknown=unknown,
         )
-        _progress_unknown(obs, status, unknown, plan)
+        show_progress_unknown(obs.now, status, unknown, plan)
         if hung is not None:
             found.append(hung)
         elif wait is not None:
             plan.requeue(wait)
     return found
-
-
-def _trainer_ready(pod: dict[str, Any] | None) -> bool | None:
-    """The kubelet's readiness of worker 0's trainer container (its probe on the metrics port), if reported."""
-    if pod is None:
-        return None
-    container = trainer_container((pod.get("spec") or {}).get("containers") or []) or {}
-    for cs in (pod.get("status") or {}).get("containerStatuses") or []:
-        if cs.get("name") == container.get("name") and "ready" in cs:
-            return bool(cs["ready"])
-    return None
-
-
-def _progress_unknown(obs: Observed, status: JobStatus, unknown: list[str], plan: Plan) -> None:
-    """ProgressUnknown=True while worker 0 cannot be reached but is alive; said once per change."""
-    conditions = status.get("conditions") or []
-    if not unknown:
-        message = "worker 0's progress is read"
-        status["conditions"] = c.clear_condition(conditions, UNKNOWN_CONDITION, "ProgressRead", message, obs.now)
-        return
-    shown = c.find_condition(conditions, UNKNOWN_CONDITION)
-    if shown is None or shown.get("status") != "True":
-        plan.event(WARNING, UNKNOWN_CONDITION, unknown[0])
-        plan.observe("progress_unknown")
-    status["conditions"] = c.set_condition(
-        conditions, UNKNOWN_CONDITION, "True", "MetricsUnreachable", unknown[0], obs.now
-    )
 
 
 def _requeue_for_node_grace(obs: Observed, settings: PlannerSettings, pod: dict[str, Any], plan: Plan) -> None:
@@ -657,21 +623,12 @@ def _success_policy(obs: Observed, status: JobStatus, pods: SortedPods, plan: Pl
     message = f"all {replicas} pods of attempt {status['attempt']} succeeded"
     out = c.enter_phase(status, c.SUCCEEDED, "Succeeded", message, obs.now)
     out.update({"completionTime": format_time(obs.now), "readyReplicas": 0, "readyText": f"0/{replicas}"})
-    _final_progress(obs, out, pods.current.get(0))
+    final_progress(obs.now, out, pods.current.get(0))
     _drop_restart_clock(out)
     plan.event(NORMAL, "Succeeded", message)
     plan.observe("jobs_succeeded")
     plan.requeue(0)
     return out
-
-
-def _final_progress(obs: Observed, status: JobStatus, worker0: dict[str, Any] | None) -> None:
-    """The step worker 0 finished at, when newer than the last scrape (which can be an interval before the exit)."""
-    step = failures.finished_step(worker0) if worker0 is not None else None
-    progress = status.get("progress") or {}
-    if step is None or step <= progress.get("step", -1):
-        return
-    status["progress"] = {**progress, "step": step, "attempt": status["attempt"], "advanceTime": format_time(obs.now)}
 
 
 # --- 6. create ------------------------------------------------------------------------------------------------

@@ -21,7 +21,10 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from . import conditions as c
 from .failures import node_ready
+from .plan import Plan
+from .status import JobStatus
 from .timefmt import parse_time
 
 OUT_OF_SERVICE_TAINT = "node.kubernetes.io/out-of-service"
@@ -70,3 +73,19 @@ def judge_terminating(
         why = f"its node {node_name} is Ready but has not confirmed the deletion; check the kubelet there"
         return Verdict(False, True, None, why)
     return Verdict(False, False, -overdue, "")
+
+
+def report_stuck(now: datetime, status: JobStatus, stuck: list[str], plan: Plan) -> None:
+    """Old pods the operator will not force-delete: condition OldPodsTerminating, said (event, metric) once per
+    change of the report."""
+    conditions = status.get("conditions") or []
+    if not stuck:
+        message = "no pod of an earlier attempt is stuck Terminating"
+        status["conditions"] = c.clear_condition(conditions, STUCK_CONDITION, "Gone", message, now)
+        return
+    message = "; ".join(stuck)
+    shown = c.find_condition(conditions, STUCK_CONDITION)
+    if shown is None or shown.get("status") != "True" or shown.get("message") != message:
+        plan.event("Warning", "PodsStuckTerminating", message)
+        plan.observe("pods_stuck_terminating", len(stuck))
+    status["conditions"] = c.set_condition(conditions, STUCK_CONDITION, "True", "StuckTerminating", message, now)
