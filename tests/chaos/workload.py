@@ -91,6 +91,12 @@ def build_workload(seed: int, jobs: int, faults: int, kinds: tuple[str, ...] = P
         script.policy = "OnFailure" if script.policy == "Never" else script.policy
         script.backoff_limit = max(1, script.backoff_limit)
         script.faults.append(Fault(NODE_LOST))
+    if len(scripts) > node_lost_jobs + 1:
+        # One job spends its whole backoffLimit on the trainer's own failures: with the platform's failures on a
+        # budget of their own, a random mix alone reaches BackoffLimitExceeded only now and then.
+        spender = scripts[node_lost_jobs]
+        spender.policy = "OnFailure"
+        spender.faults = [Fault(EXIT_CODE, rng.choice(EXIT_CODES)) for _ in range(spender.backoff_limit + 1)]
     injected = sum(s.outcome().faults_used for s in scripts)
     while injected < faults:
         alive = [s for s in scripts if s.outcome().phase == "Succeeded"]
