@@ -141,7 +141,9 @@ def stop(run: OperatorRun) -> None:
     if run.proc is not None:
         terminate(run.proc)
     # Cluster-scoped objects (ClusterRole, binding) do not go away with the namespaces.
-    helm("uninstall", RELEASE, "--namespace", run.release_namespace, "--wait", check=False,
+    # --no-hooks: the pre-delete hook's pod would wait for ever on these untolerated kwok nodes (the hook itself is
+    # tested by test_uninstall_hook.py).
+    helm("uninstall", RELEASE, "--namespace", run.release_namespace, "--wait", "--no-hooks", check=False,
          kubeconfig=run.cluster.kubeconfig)
     for ns in (run.watch_namespace, run.release_namespace):
         delete_namespace(run.cluster, ns)

@@ -64,7 +64,8 @@ def test_helm_install_under_pod_security_restricted(cluster, chart_crds, namespa
                                      "-o", "name").stdout.split()
             assert listed, f"no {kind} installed"
     finally:
-        helm("uninstall", "ddpjob", "--namespace", namespace, "--wait", kubeconfig=cluster.kubeconfig, check=False)
+        helm("uninstall", "ddpjob", "--namespace", namespace, "--wait", "--no-hooks", kubeconfig=cluster.kubeconfig,
+             check=False)  # the uninstall hook is test_uninstall_hook.py's
     gone = cluster.kubectl("get", "clusterrole", fullname, check=False)
     assert gone.returncode != 0 and "NotFound" in gone.stderr
 
