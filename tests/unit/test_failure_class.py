@@ -84,3 +84,21 @@ def test_counts_before_only_resets_a_running_attempt():
     assert counts_before({**status, "phase": "Pending"}, NOW, 3600)[1] is False
     assert counts_before(status, NOW, 3600)[1] is True
     assert counts_before(status, NOW - timedelta(seconds=600), 3600)[1] is False
+
+
+def test_a_peer_that_fails_because_a_node_went_is_the_nodes_failure_not_the_trainers():
+    """A node goes NotReady: its pod's peers fail at once (their connections reset), before the node's grace ends.
+    The decision waits for the grace, and then the lost node is the cause."""
+    job = job_with()
+    peer = make_pod("a", 0).failed(1, message="RuntimeError: gloo: Connection reset by peer")
+    on_node = make_pod("a", 1).on_node("flaky")
+    for since, want in ((5, None), (31, ("Restarting", 0, 1, "NodeLost"))):
+        nodes = [make_node("node-0"), make_node("flaky", ready=False, since=since)]
+        plan = plan_reconcile(observe(job.build(), [peer.build(), on_node.build()], nodes), SETTINGS)
+        if want is None:
+            s = plan.status or job.obj["status"]
+            assert (s["attempt"], s["restarts"], s.get("platformRestarts", 0)) == (0, 0, 0), "no verdict yet"
+            assert plan.requeue_after == 25
+        else:
+            s = plan.status
+            assert (s["phase"], s["restarts"], s["platformRestarts"], s["lastFailure"]["kind"]) == want

@@ -275,8 +275,12 @@ def _trim(text: str) -> str:
 
 
 def root_cause(failures: list[Failure]) -> Failure:
-    """The earliest failure: later ones are usually peers noticing that a rank died."""
-    return min(failures, key=lambda f: (f.at.timestamp() if f.at else float("inf"), _index(f.pod)))
+    """A lost node or an eviction first, then the earliest failure: the others are usually peers noticing that a
+    rank died (a gloo or NCCL connection reset is reported before the node's loss is, which needs its grace)."""
+    return min(
+        failures,
+        key=lambda f: (f.kind not in (NODE_LOST, EVICTED), f.at.timestamp() if f.at else float("inf"), _index(f.pod)),
+    )
 
 
 def _index(pod: str) -> int:

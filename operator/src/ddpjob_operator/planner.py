@@ -488,12 +488,17 @@ def current_failures(
     obs: Observed, settings: PlannerSettings, spec: JobSpec, status: JobStatus, pods: SortedPods, plan: Plan
 ) -> list[failures.Failure]:
     found = []
+    node_going = False  # a pod's node is NotReady, its grace not over: its loss may be the root cause of the rest
     for pod in pods.current.values():
         failure = failures.classify_pod_failure(pod, obs.nodes, obs.now, settings.node_lost_grace_seconds)
         if failure is not None:
             found.append(failure)
         else:
-            _requeue_for_node_grace(obs, settings, pod, plan)
+            node_going = _requeue_for_node_grace(obs, settings, pod, plan) or node_going
+    if found and node_going and all(f.kind != failures.NODE_LOST for f in found):
+        # Its peers fail first (their connections reset the moment it goes); decide once the node's grace has
+        # said whether it is lost, so the cause is the node (the platform's), not a peer's exit (the trainer's).
+        return []
     if status.get("launchedAttempt") == status["attempt"]:
         for index in range(status["replicas"]):
             if index not in pods.current:
@@ -529,12 +534,16 @@ def current_failures(
     return found
 
 
-def _requeue_for_node_grace(obs: Observed, settings: PlannerSettings, pod: dict[str, Any], plan: Plan) -> None:
+def _requeue_for_node_grace(obs: Observed, settings: PlannerSettings, pod: dict[str, Any], plan: Plan) -> bool:
+    """Look again when the pod's NotReady node's grace ends; True when there is such a node."""
     node = pod.get("spec", {}).get("nodeName")
     if node and node in obs.nodes:
         ready, since = failures.node_ready(obs.nodes[node])
-        if not ready and since is not None:
+        created = parse_time(pod["metadata"].get("creationTimestamp"))
+        if not ready and since is not None and not (created is not None and since < created):
             plan.requeue(settings.node_lost_grace_seconds - (obs.now - since).total_seconds())
+            return True
+    return False
 
 
 def _failure_policy(
