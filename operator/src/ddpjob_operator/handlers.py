@@ -231,8 +231,6 @@ def build_registry(config: OperatorConfig) -> kopf.OperatorRegistry:
         to the elastic jobs waiting for room."""
         if rt.queue is None:
             return
-        if rt.cache is not None:
-            rt.cache.changed()
         ready = None if event.get("type") == "DELETED" else slim_node(event.get("object") or {})
         if rt.node_ready.get(name) == ready:
             return
@@ -247,8 +245,6 @@ def build_registry(config: OperatorConfig) -> kopf.OperatorRegistry:
     @kopf.on.event("", "v1", "pods", registry=registry)
     async def any_pod_event(event, spec, status, **_):
         """A pod that leaves a node (anyone's) gives room back: wake the elastic jobs waiting for it."""
-        if rt.cache is not None and spec.get("nodeName"):
-            rt.cache.changed()
         if spec.get("nodeName") and (event.get("type") == "DELETED" or status.get("phase") in ("Succeeded", "Failed")):
             rt.wake_waiting_for_room()
 
