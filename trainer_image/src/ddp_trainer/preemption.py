@@ -32,13 +32,28 @@ class StopVote:
 
     def __init__(self, flag: PreemptionFlag):
         self.flag = flag
-        # NCCL's default group would need the flag on the GPU and a stream sync to read it; gloo reads the CPU.
-        self.group = cast(dist.ProcessGroup, dist.new_group(backend="gloo")) if dist.is_initialized() else None
+        self.group: dist.ProcessGroup | None = None
+        self.synchronous = False
+        if dist.is_initialized():
+            if dist.get_backend() == "gloo":
+                # On CPU the default group is gloo already: one small blocking all-reduce a step costs little, and
+                # a second gloo group torn down beside the first aborted a process now and then at exit (SIGABRT
+                # from gloo's own thread, seen in the e2e and trainer suites).
+                self.synchronous = True
+            else:
+                # NCCL's default group would need the flag on the GPU and a stream sync to read it; gloo reads
+                # the CPU, asynchronously, so the vote never waits on the GPU.
+                self.group = cast(dist.ProcessGroup, dist.new_group(backend="gloo"))
         self.ballot = torch.zeros(1)
         self.pending: dist.Work | None = None
 
     def step(self) -> bool:
-        """After each step: the result of the previous vote (True: stop now), then cast the next one."""
+        """After each step: the result of the previous vote (True: stop now), then cast the next one; on CPU the
+        vote of this very step."""
+        if self.synchronous:
+            ballot = torch.tensor([float(self.flag.requested)])
+            dist.all_reduce(ballot)
+            return ballot.item() > 0
         stop = self._count()
         if self.group is None:
             return self.flag.requested
