@@ -20,7 +20,11 @@ def test_helm_lint_strict_defaults_and_all_features():
 
 def test_defaults_render_only_the_core_and_no_monitoring():
     kinds = sorted(d["kind"] for d in render())
-    assert kinds == ["ClusterRole", "ClusterRoleBinding", "Deployment", "Service", "ServiceAccount"]
+    # The Job is the pre-delete hook that stops the jobs' pods on `helm uninstall` (uninstall.releasePods).
+    assert kinds == ["ClusterRole", "ClusterRoleBinding", "Deployment", "Job", "Service", "ServiceAccount"]
+    hook = next(d for d in render() if d["kind"] == "Job")
+    assert hook["metadata"]["annotations"]["helm.sh/hook"] == "pre-delete"
+    assert "Job" not in {d["kind"] for d in render({"uninstall.releasePods": "false"})}
 
 
 def test_every_feature_on_renders_every_kind():

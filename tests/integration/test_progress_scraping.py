@@ -100,15 +100,22 @@ def test_a_step_that_stops_advancing_restarts_the_group_with_reason_no_progress(
 
 
 def test_a_worker_0_that_goes_silent_after_reporting_is_a_hang_too(kube, operator):
+    """Silent, and its kubelet reports the trainer not ready (its readiness probe on the metrics port fails, as a
+    stopped process's does): a hang. test_progress_unknown.py has the ready case, which is not."""
     trainer = FrozenTrainer()
     try:
         hung_job(kube, "quiet", trainer.port)
         trainer.silent.set()
+        not_ready = {"status": {"containerStatuses": [{
+            "name": "trainer", "ready": False, "restartCount": 0, "image": "x", "imageID": "",
+            "state": {"running": {"startedAt": "2026-01-01T00:00:00Z"}}}]}}
+        kube("patch", "pod", "quiet-worker-0", "--subresource=status", "--type=merge", "-p", json.dumps(not_ready))
         status = kube.wait_status("quiet", lambda s: s.get("restarts") == 1, timeout=60, what="a NoProgress restart")
     finally:
         trainer.server.shutdown()
     assert status["lastFailure"]["kind"] == "NoProgress"
-    assert "stopped answering its metrics port" in status["lastFailure"]["message"]
+    assert "has not answered its metrics port" in status["lastFailure"]["message"]
+    assert "its kubelet reports the trainer not ready" in status["lastFailure"]["message"]
 
 
 def test_a_metrics_port_that_never_answers_is_not_a_hang(kube, operator):
