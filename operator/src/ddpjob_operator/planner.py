@@ -32,6 +32,7 @@ from . import (
     gang,
     ownership,
     placement_timeout,
+    placement_verdict,
     pod_rejection,
     resize_policy,
     termination,
@@ -207,7 +208,15 @@ def _plan_steps(
     if c.is_terminal(status.get("phase")):
         _finish(obs, spec, status, pods, plan)
         return status
-    _delete_stale(obs, settings, status, pods, plan)
+    termination.plan_stale(
+        obs.now,
+        obs.nodes,
+        pods.stale,
+        settings.terminating_grace_seconds,
+        settings.unreachable_force_delete_seconds,
+        status,
+        plan,
+    )
     plan.delete_podgroups = [
         g["metadata"]["name"]
         for g in obs.podgroups
@@ -250,33 +259,8 @@ def _plan_steps(
         return status
     launched_now = _launched(obs, settings, status, pods, plan)
     _readiness(obs, settings, spec, status, pods, plan, launched_now)
-    _placement(obs, status, pods, plan)
+    placement_verdict.show(obs, status, list(pods.current.values()), plan)
     return status
-
-
-PLACED = "PodsPlaced"  # condition: False with the scheduler's reason while the attempt waits to be placed
-
-
-def _placement(obs: Observed, status: JobStatus, pods: SortedPods, plan: Plan) -> None:
-    """Say why a pending attempt is not placed, in the scheduler's words, once per change."""
-    conditions = status.get("conditions") or []
-    verdict = _unschedulable(obs, status, pods) if status.get("phase") == c.PENDING else None
-    resize_policy.note_unplaced(status, verdict is not None, obs.now)
-    if verdict is not None:
-        what = "its gang of" if status.get("placement") == gang.GANG else "some of its"
-        message = f"attempt {status['attempt']}: {what} {status['replicas']} pods cannot be placed"
-        message += f": {verdict.message}" if verdict.message else ""
-        current = c.find_condition(conditions, PLACED)
-        if current is None or current.get("status") != "False" or current.get("message") != message:
-            plan.event(WARNING, verdict.reason or "Unschedulable", message)
-        status["conditions"] = c.set_condition(conditions, PLACED, "False", verdict.reason, message, obs.now)
-        status["reason"] = verdict.reason or "Unschedulable"
-    elif pods.current and all((p.get("spec") or {}).get("nodeName") for p in pods.current.values()):
-        status.pop("placementTimeouts", None)  # placed whole: the streak of placement timeouts is over
-        message = f"all {status['replicas']} pods of attempt {status['attempt']} are placed"
-        status["conditions"] = c.clear_condition(conditions, PLACED, "Placed", message, obs.now)
-        if c.find_condition(status["conditions"], PLACED) is not None:
-            status["conditions"] = c.set_condition(status["conditions"], PLACED, "True", "Placed", message, obs.now)
 
 
 # --- 2. terminal ----------------------------------------------------------------------------------------------
@@ -304,28 +288,6 @@ def _finish(obs: Observed, spec: JobSpec, status: JobStatus, pods: SortedPods, p
 
 
 # --- 3. earlier attempts --------------------------------------------------------------------------------------
-def _delete_stale(obs: Observed, settings: PlannerSettings, status: JobStatus, pods: SortedPods, plan: Plan) -> None:
-    stuck = []
-    for pod in pods.stale:
-        name = pod["metadata"]["name"]
-        if tracked(pod):
-            plan.release_pods.append(name)
-        if not pod["metadata"].get("deletionTimestamp"):
-            plan.delete_pods.append(name)
-            continue
-        node = obs.nodes.get((pod.get("spec") or {}).get("nodeName") or "")
-        verdict = termination.judge_terminating(
-            pod, node, obs.now, settings.terminating_grace_seconds, settings.unreachable_force_delete_seconds
-        )
-        if verdict.force:
-            plan.force_delete_pods.append(name)
-        if verdict.stuck:
-            stuck.append(f"pod {name} is still Terminating: {verdict.why}")
-        if verdict.wait is not None:
-            plan.requeue(verdict.wait)
-    termination.report_stuck(obs.now, status, stuck, plan)
-
-
 # --- 4. deadline, suspend, rescale ----------------------------------------------------------------------------
 def _deadline(obs: Observed, spec: JobSpec, status: JobStatus, plan: Plan) -> JobStatus | None:
     limit = spec.run_policy.active_deadline_seconds
@@ -395,28 +357,6 @@ def _new_group(
     return out
 
 
-def _unschedulable(obs: Observed, status: JobStatus, pods: SortedPods) -> gang.Verdict | None:
-    """The scheduler's word that the current attempt cannot be placed: its gang's condition, or (placed pod by
-    pod) a pending pod's PodScheduled=False."""
-    pod_verdict = None
-    for pod in pods.current.values():
-        if (pod.get("spec") or {}).get("nodeName"):
-            continue
-        for cond in (pod.get("status") or {}).get("conditions") or []:
-            if cond.get("type") == "PodScheduled" and cond.get("status") == "False" and pod_verdict is None:
-                pod_verdict = gang.Verdict(False, cond.get("reason") or "Unschedulable", cond.get("message") or "")
-    name = gang.podgroup_name(obs.job["metadata"]["name"], status["attempt"])
-    group = next((g for g in obs.podgroups if g["metadata"]["name"] == name), None)
-    if group is None:
-        return pod_verdict
-    verdict = gang.verdict(group)
-    if verdict.scheduled is not False:
-        return None
-    # The gang's own message is generic ("pod group is unschedulable"); a member pod's says what is short.
-    detail = pod_verdict.message if pod_verdict is not None and "pod group" not in pod_verdict.message else ""
-    return gang.Verdict(False, verdict.reason, "; ".join(m for m in (verdict.message, detail) if m))
-
-
 def _placement_timeout(
     obs: Observed, spec: JobSpec, status: JobStatus, pods: SortedPods, plan: Plan
 ) -> JobStatus | None:
@@ -440,7 +380,7 @@ def _placement_timeout(
     out.update({"attempt": status["attempt"] + 1, "reason": verdict.action})
     out["placementTimeouts"] = status.get("placementTimeouts", 0) + 1
     out["conditions"] = c.set_condition(
-        out.get("conditions") or [], PLACED, "False", verdict.action, verdict.message, obs.now
+        out.get("conditions") or [], placement_verdict.PLACED, "False", verdict.action, verdict.message, obs.now
     )
     _start_no_sooner(out, obs.now, verdict.delay)
     plan.event(WARNING, verdict.action, verdict.message)
@@ -457,12 +397,10 @@ def _resize_to_capacity(
         return None
     if status.get("phase") not in (c.RUNNING, c.PENDING) or len(pods.current) < status["replicas"]:
         return None
-    verdict = _unschedulable(obs, status, pods)
+    verdict = placement_verdict.unschedulable(obs, status, list(pods.current.values()))
     pending = [p for p in pods.current.values() if not (p.get("spec") or {}).get("nodeName")]
     unschedulable = False
-    if verdict is not None and resize_policy.real_unschedulable(
-        resize_policy.Verdict(verdict.reason, verdict.message), pending
-    ):
+    if verdict is not None and resize_policy.real_unschedulable(verdict, pending):
         left = resize_policy.grace_left(status, obs.now, spec.elastic.unschedulable_grace_seconds)
         if left > 0:
             plan.requeue(left)  # the scheduler may still place it (a node coming up, a pod going away)

@@ -20,10 +20,10 @@ With the cooldown, a job whose estimate is wrong restarts at most 1 + T / cooldo
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
+from . import gang
 from .capacity import GROW, SHRINK, SizeDecision, decide_size
 from .failures import EVICTED
 from .spec import Elastic
@@ -35,15 +35,7 @@ DEFAULT_UNSCHEDULABLE_GRACE_SECONDS = 30
 AUTOSCALER_PREFIX = "cluster-autoscaler.kubernetes.io/"
 
 
-@dataclass(frozen=True)
-class Verdict:
-    """The scheduler's word on the current attempt, as the planner reads it (planner._unschedulable)."""
-
-    reason: str
-    message: str
-
-
-def real_unschedulable(verdict: Verdict | None, pending_pods: list[dict[str, Any]]) -> bool:
+def real_unschedulable(verdict: gang.Verdict | None, pending_pods: list[dict[str, Any]]) -> bool:
     """A verdict worth shrinking for: `Unschedulable`, with no preemption or scale-up under way for the pods."""
     if verdict is None or verdict.reason == "SchedulingGated":
         return False

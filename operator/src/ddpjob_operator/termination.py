@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from . import api
 from . import conditions as c
 from .failures import node_ready
 from .plan import Plan
@@ -89,3 +90,33 @@ def report_stuck(now: datetime, status: JobStatus, stuck: list[str], plan: Plan)
         plan.event("Warning", "PodsStuckTerminating", message)
         plan.observe("pods_stuck_terminating", len(stuck))
     status["conditions"] = c.set_condition(conditions, STUCK_CONDITION, "True", "StuckTerminating", message, now)
+
+
+def plan_stale(
+    now: datetime,
+    nodes: dict[str, dict[str, Any]],
+    stale: list[dict[str, Any]],
+    terminating_grace_seconds: float,
+    unreachable_force_delete_seconds: float,
+    status: JobStatus,
+    plan: Plan,
+) -> None:
+    """Pods of earlier attempts: free their tracking finalizers, delete them, force-delete only when safe, and
+    report the ones stuck where it is not."""
+    stuck = []
+    for pod in stale:
+        name = pod["metadata"]["name"]
+        if api.TRACKING_FINALIZER in (pod["metadata"].get("finalizers") or []):
+            plan.release_pods.append(name)
+        if not pod["metadata"].get("deletionTimestamp"):
+            plan.delete_pods.append(name)
+            continue
+        node = nodes.get((pod.get("spec") or {}).get("nodeName") or "")
+        verdict = judge_terminating(pod, node, now, terminating_grace_seconds, unreachable_force_delete_seconds)
+        if verdict.force:
+            plan.force_delete_pods.append(name)
+        if verdict.stuck:
+            stuck.append(f"pod {name} is still Terminating: {verdict.why}")
+        if verdict.wait is not None:
+            plan.requeue(verdict.wait)
+    report_stuck(now, status, stuck, plan)
