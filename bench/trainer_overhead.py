@@ -15,6 +15,7 @@ import torch
 import torch.distributed as dist
 
 from ddp_trainer.bench_gpu import BATCH, baseline_throughput, ensure_process_group, harness_throughput, trainer_config
+from ddp_trainer.process_exit import leave
 from ddp_trainer.progress_log import Identity
 from ddp_trainer.trainer import Trainer
 
@@ -77,4 +78,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    leave(main())

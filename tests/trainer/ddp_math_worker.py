@@ -13,6 +13,7 @@ from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
 from ddp_trainer.config import parse_config
 from ddp_trainer.distributed_env import DistEnv
+from ddp_trainer.process_exit import leave
 from ddp_trainer.progress_log import Identity
 from ddp_trainer.trainer import Trainer
 from ddp_trainer.workloads import IndexableTensors, Workload
@@ -66,3 +67,4 @@ def run_scenarios(rank: int, world: int, port: int, out_dir: str, scenarios: lis
             torch.save({"params": [p.detach().clone() for p in trainer.ddp.module.parameters()],
                         "allreduce_calls": calls[0]}, os.path.join(out_dir, f"{name}.pt"))
     dist.destroy_process_group()
+    leave(0)

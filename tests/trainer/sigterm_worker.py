@@ -15,6 +15,7 @@ import torch.distributed as dist
 
 from ddp_trainer.config import parse_config
 from ddp_trainer.distributed_env import DistEnv, choose_device, init_process_group
+from ddp_trainer.process_exit import leave
 from ddp_trainer.progress_log import Identity
 from ddp_trainer.trainer import Trainer
 
@@ -43,4 +44,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    leave(main())

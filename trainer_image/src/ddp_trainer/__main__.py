@@ -12,6 +12,7 @@ from .checkpoint import CheckpointDiskFull
 from .config import ConfigError, parse_config
 from .distributed_env import DistEnv, choose_backend, choose_device, init_process_group
 from .process_age import process_age_seconds
+from .process_exit import leave
 from .progress_log import Identity, emit, sized_line, started_line, startup_line
 
 
@@ -61,4 +62,4 @@ def disk_full(who: Identity, error: CheckpointDiskFull) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    leave(main())
