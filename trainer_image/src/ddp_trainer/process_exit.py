@@ -6,7 +6,7 @@ import os
 import sys
 
 
-def leave(code: int) -> None:
+def leave(code: int | None) -> None:
     """Exit without the interpreter's finalization. A finished gloo rank aborted now and then at its exit (SIGABRT
     from a C++ thread, '<no Python frame>'), seen in full test runs under load: a job that had trained every step
     and written its last checkpoint then failed or restarted. PyTorch's own account of it: objects that gloo's
@@ -15,4 +15,4 @@ def leave(code: int) -> None:
     leaves is on disk by now (checkpoints are renamed into place), and the streams are flushed first."""
     sys.stdout.flush()
     sys.stderr.flush()
-    os._exit(code)
+    os._exit(code or 0)
