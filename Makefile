@@ -14,7 +14,7 @@ UPGRADE_PACKAGE ?=
 # What `make lint` covers; tests/ is outside the gate.
 LINT_PATHS := operator trainer_image bench hack/localnode $(wildcard hack/*.py)
 
-.PHONY: help setup venv lock tools cluster-up cluster-down cluster-status test test-unit test-integration test-trainer test-e2e test-chart test-chaos demo operator bench lint
+.PHONY: help setup venv lock tools kueue-tools kueue-up kueue-down cluster-up cluster-down cluster-status test test-unit test-integration test-trainer test-e2e test-chart test-chaos demo operator bench lint
 
 help: ## Show this help
 	@grep -hE '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  \033[36m%-18s\033[0m %s\n", $$1, $$2}'
@@ -35,6 +35,15 @@ cluster-up: setup ## Start the local control plane with kwok GPU nodes (NODES=4 
 	@NODES=$(NODES) GPUS_PER_NODE=$(GPUS_PER_NODE) bash hack/cluster.sh up
 	@if [ -n "$(LOCAL_NODES)" ]; then LOCAL_NODES=$(LOCAL_NODES) $(PY) -m ddpjob_localnode start --all; fi
 
+kueue-tools: setup ## Build Kueue's pinned manager into .cache/bin (hack/tools/kueue; about 10 minutes the first time)
+	@bash hack/build-tools.sh kueue
+
+kueue-up: kueue-tools ## Start Kueue on the running local cluster: its CRDs, webhooks and manager (docs/kueue.md)
+	@bash hack/kueue.sh up
+
+kueue-down: ## Stop the local Kueue manager
+	@bash hack/kueue.sh down
+
 cluster-down: ## Stop exactly the processes cluster-up started and remove their state
 	@bash hack/cluster.sh down
 
@@ -49,13 +58,13 @@ lint: venv ## Lint and type-check: ruff check, ruff format --check, mypy (settin
 	@ruff format --check $(LINT_PATHS)
 	@mypy
 
-test: setup lint ## Lint, then run the whole test suite (unit, trainer, integration, e2e, chart, chaos)
+test: setup kueue-tools lint ## Lint, then run the whole test suite (unit, trainer, integration, e2e, chart, chaos)
 	@$(PY) -m pytest tests bench/tests $(PYTEST_ARGS)
 
 test-unit: setup ## Run only the pure unit tests (no cluster)
 	@$(PY) -m pytest tests/unit $(PYTEST_ARGS)
 
-test-integration: setup ## Run the operator tests against the local control plane
+test-integration: setup kueue-tools ## Run the operator tests against the local control plane
 	@$(PY) -m pytest tests/integration $(PYTEST_ARGS)
 
 test-trainer: setup ## Run the torchrun trainer tests on CPU (gloo)

@@ -11,7 +11,7 @@ import time
 import kopf
 from urllib3.exceptions import HTTPError
 
-from . import gang, kube, uninstall
+from . import gang, kube, kueue, uninstall
 from .config import OperatorConfig, parse_args
 from .handlers import build_registry
 from .logfmt import setup_logging
@@ -48,6 +48,28 @@ def resolve_gang(config: OperatorConfig, attempts: int = 10) -> OperatorConfig:
     return dataclasses.replace(config, gang=True)
 
 
+def resolve_kueue(config: OperatorConfig) -> OperatorConfig:
+    """Ask the API server once whether it serves Kueue's Workloads: then a job labelled with a queue waits for
+    Kueue's admission. Kueue installed later is seen after a restart of the operator."""
+    log = logging.getLogger("ddpjob")
+    if config.kueue_mode == "off":
+        log.info("Kueue off (--kueue=off): a kueue.x-k8s.io/queue-name label is ignored")
+        return config
+    if not kueue.served(kube.api_client()):
+        log.info(
+            "the API server does not serve %s/%s workloads: no Kueue, a queue-name label is ignored",
+            kueue.GROUP,
+            kueue.VERSION,
+        )
+        return config
+    log.info(
+        "Kueue found: jobs labelled %s wait for its admission (Kueue must list %s in integrations.externalFrameworks)",
+        kueue.QUEUE_LABEL,
+        kueue.FRAMEWORK,
+    )
+    return dataclasses.replace(config, kueue=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if args[:1] == ["release-pods"]:  # the Helm chart's pre-delete hook (uninstall.py)
@@ -64,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
                 file=sys.stderr,
             )
             return 2
-    config = resolve_gang(config)
+    config = resolve_kueue(resolve_gang(config))
     liveness = f"http://0.0.0.0:{config.liveness_port}/healthz" if config.liveness_port else None
     logging.getLogger("ddpjob").info(
         "starting: namespaces=%s metrics=%s liveness=%s",

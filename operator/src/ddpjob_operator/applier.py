@@ -17,7 +17,7 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from . import api, gang, metrics
+from . import api, gang, kueue, metrics
 from .expectations import Expectations
 from .kube import REQUEST_TIMEOUT, drained, reason_of, status_of
 from .plan import Observed, Plan
@@ -69,6 +69,7 @@ class PlanApplier:
             self.release_pod(key, foreign[uid])
         for podgroup in plan.delete_podgroups:
             self._delete_podgroup(key, podgroup)
+        self._apply_workloads(key, plan)
         creations: list[Callable[[], tuple[str, str, int, str] | bool | None]] = []
         if plan.create_service is not None:
             call = functools.partial(self.core.create_namespaced_service, ns, plan.create_service)
@@ -245,6 +246,62 @@ class PlanApplier:
         except ApiException as exc:
             if status_of(exc) != 404:
                 raise
+
+    def _apply_workloads(self, key: tuple[str, str], plan: Plan) -> None:
+        """Kueue's Workload of the job (kueue.py): create, delete an earlier shape's, update its status. Each is
+        independent of the job's status write; a conflict is left to the next pass, which the watch wakes."""
+        fields = {"job": f"{key[0]}/{key[1]}"}
+        if plan.create_workload is not None:
+            body = plan.create_workload
+            call = functools.partial(
+                self.custom.create_namespaced_custom_object, kueue.GROUP, kueue.VERSION, key[0], kueue.WORKLOADS, body
+            )
+            if self._create(functools.partial(call, _preload_content=False, _request_timeout=REQUEST_TIMEOUT)):
+                log.info(
+                    "created Workload %s (queue %s)", body["metadata"]["name"], body["spec"]["queueName"], extra=fields
+                )
+        for name in plan.delete_workloads:
+            try:
+                drained(
+                    self.custom.delete_namespaced_custom_object(
+                        kueue.GROUP,
+                        kueue.VERSION,
+                        key[0],
+                        kueue.WORKLOADS,
+                        name,
+                        _preload_content=False,
+                        _request_timeout=REQUEST_TIMEOUT,
+                    )
+                )
+            except ApiException as exc:
+                if status_of(exc) != 404:
+                    raise
+        write = plan.workload_write
+        if write is None:
+            return
+        body = {"metadata": {"resourceVersion": write.resource_version}, "status": write.status}
+        try:
+            drained(
+                self.custom.patch_namespaced_custom_object_status(
+                    kueue.GROUP,
+                    kueue.VERSION,
+                    key[0],
+                    kueue.WORKLOADS,
+                    write.name,
+                    body,
+                    _preload_content=False,
+                    _request_timeout=REQUEST_TIMEOUT,
+                )
+            )
+        except ApiException as exc:
+            if status_of(exc) not in (404, 409):
+                raise
+            log.debug(
+                "Workload %s changed under us (%s); the next pass writes again",
+                write.name,
+                status_of(exc),
+                extra=fields,
+            )
 
     def _delete_job(self, ns: str, name: str, uid: str, result: ApplyResult) -> None:
         options = client.V1DeleteOptions(propagation_policy="Background", preconditions=client.V1Preconditions(uid=uid))

@@ -23,6 +23,8 @@ class OperatorConfig:
     planner: PlannerSettings
     gang_scheduling: str = "auto"  # auto: use PodGroups where the cluster serves them; off: never
     gang: bool = False  # resolved at start (__main__.py): PodGroups are used
+    kueue_mode: str = "auto"  # auto: admission by Kueue where the cluster serves its Workloads; off: never
+    kueue: bool = False  # resolved at start (__main__.py): jobs with a queue-name label wait for Kueue
 
     @property
     def clusterwide(self) -> bool:
@@ -102,6 +104,13 @@ def parse_args(argv: list[str] | None = None) -> OperatorConfig:
         help="all-or-nothing placement with scheduling.k8s.io/v1alpha2 PodGroups: auto uses them where the API "
         "server serves them, off places pods one by one [DDPJOB_GANG_SCHEDULING]",
     )
+    p.add_argument(
+        "--kueue",
+        choices=("auto", "off"),
+        default=os.environ.get("DDPJOB_KUEUE", "auto"),
+        help="admission by Kueue for jobs labelled kueue.x-k8s.io/queue-name: auto where the API server serves "
+        "kueue.x-k8s.io/v1beta2 Workloads, off never (the label is then ignored) [DDPJOB_KUEUE]",
+    )
     a = p.parse_args(argv)
     if a.workers < 1:
         p.error("--workers must be at least 1")
@@ -118,6 +127,7 @@ def parse_args(argv: list[str] | None = None) -> OperatorConfig:
         resync_seconds=a.resync_seconds,
         progress_interval_seconds=a.progress_interval_seconds,
         gang_scheduling=a.gang_scheduling,
+        kueue_mode=a.kueue,
         planner=PlannerSettings(
             node_lost_grace_seconds=a.node_lost_grace_seconds,
             terminating_grace_seconds=a.terminating_grace_seconds,

@@ -15,7 +15,7 @@ from typing import Any
 
 import kopf
 
-from . import api, gang, metrics, relist, terminating_namespaces
+from . import api, gang, kueue, metrics, relist, terminating_namespaces
 from .config import OperatorConfig
 from .kube import api_client
 from .progress import ProgressScraper
@@ -36,6 +36,7 @@ from .workqueue import WorkQueue
 log = logging.getLogger("ddpjob.handlers")
 
 OURS = {api.LABEL_JOB_NAME: kopf.PRESENT}
+KUEUE_OURS: dict[str, Any] = {api.LABEL_JOB_NAME: kopf.PRESENT, api.LABEL_MANAGED_BY: api.MANAGED_BY}
 INDEXES = (
     "ddpjob_jobs",
     "ddpjob_pods",
@@ -47,6 +48,8 @@ INDEXES = (
     "ddpjob_namespaces",
 )
 GANG_INDEX = "ddpjob_podgroups"  # only where the API server serves PodGroups (config.gang)
+# Only where it serves Kueue's Workloads (config.kueue): the jobs' Workloads, ResourceFlavors, PriorityClasses.
+KUEUE_INDEXES = ("ddpjob_workloads", "ddpjob_flavors", "ddpjob_priorities")
 
 
 class NoDiffBase(kopf.DiffBaseStorage):
@@ -153,11 +156,32 @@ def build_registry(config: OperatorConfig) -> kopf.OperatorRegistry:
         async def podgroup_event(labels, namespace, **_):
             rt.wake((namespace, labels[api.LABEL_JOB_NAME]))
 
+    if config.kueue:
+
+        @kopf.index(
+            kueue.GROUP, kueue.VERSION, kueue.WORKLOADS, labels=KUEUE_OURS, id="ddpjob_workloads", registry=registry
+        )
+        def ddpjob_workloads(body, namespace, labels, **_):
+            return {(namespace, labels[api.LABEL_JOB_NAME]): kueue.slim_workload(body)}
+
+        @kopf.on.event(kueue.GROUP, kueue.VERSION, kueue.WORKLOADS, labels=KUEUE_OURS, registry=registry)
+        async def workload_event(labels, namespace, **_):
+            rt.wake((namespace, labels[api.LABEL_JOB_NAME]))
+
+        @kopf.index(kueue.GROUP, kueue.VERSION, kueue.FLAVORS, id="ddpjob_flavors", registry=registry)
+        def ddpjob_flavors(body, name, **_):
+            return {name: kueue.slim_flavor(body)}
+
+        @kopf.index("scheduling.k8s.io", "v1", "priorityclasses", id="ddpjob_priorities", registry=registry)
+        def ddpjob_priorities(body, name, **_):
+            return {name: int(body.get("value") or 0)}
+
     @kopf.on.startup(registry=registry)
     async def startup(settings: kopf.OperatorSettings, **kwargs: Any) -> None:
         # The indexes (kwargs named by their ids) are live objects: empty now, filled by kopf before any handler
         # below runs.
-        indexes = {name: kwargs[name] for name in INDEXES + ((GANG_INDEX,) if config.gang else ())}
+        optional = ((GANG_INDEX,) if config.gang else ()) + (KUEUE_INDEXES if config.kueue else ())
+        indexes = {name: kwargs[name] for name in INDEXES + optional}
         settings.posting.enabled = False  # events are ours, posted after the status write
         settings.persistence.finalizer = "ddpjob.dev/kopf-unused"  # never added: no handler needs one
         settings.persistence.diffbase_storage = NoDiffBase()
@@ -178,6 +202,7 @@ def build_registry(config: OperatorConfig) -> kopf.OperatorRegistry:
             [indexes["ddpjob_services"], indexes["ddpjob_network_policies"]],
             bound_pods=indexes["ddpjob_bound_pods"],
             podgroups=indexes.get(GANG_INDEX),
+            kueue=tuple(indexes[name] for name in KUEUE_INDEXES) if config.kueue else None,
             namespaces=indexes["ddpjob_namespaces"],
         )
         rt.pods_by_node = indexes["ddpjob_pods_by_node"]

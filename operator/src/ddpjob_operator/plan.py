@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from .kueue import Admission, View, WorkloadWrite
 from .status import JobStatus
 
 
@@ -57,6 +58,10 @@ class Observed:
     foreign_pods: list[dict[str, Any]] = field(default_factory=list)
     # Another object holds the name of this job's Service (ownership.py); the time the applier found it.
     service_conflict: ServiceConflict | None = None
+    # Kueue governs this job (it has a queue-name label and the cluster serves Workloads): its Workloads, the
+    # ResourceFlavors and PriorityClasses (kueue.py). None: it does not.
+    kueue: View | None = None
+    admission: Admission | None = None  # Kueue's admission, once the planner has read it
 
 
 @dataclass(frozen=True)
@@ -85,6 +90,9 @@ class Plan:
     create_network_policy: dict[str, Any] | None = None
     create_podgroup: dict[str, Any] | None = None  # the current attempt's gang, created before its pods
     delete_podgroups: list[str] = field(default_factory=list)  # gangs of earlier attempts
+    create_workload: dict[str, Any] | None = None  # Kueue's Workload for the job (kueue.py)
+    delete_workloads: list[str] = field(default_factory=list)  # Workloads of an earlier shape
+    workload_write: WorkloadWrite | None = None  # a status update of the job's Workload
     create_pods: list[dict[str, Any]] = field(default_factory=list)
     status: JobStatus | None = None  # None: nothing changed, write nothing
     # The pass that creates pods writes no status: the pass that sees them (usually Running) writes it once, so

@@ -21,6 +21,7 @@ that the next pass cannot finish, and a pass that runs twice on the same state d
 from __future__ import annotations
 
 import copy
+import dataclasses
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -30,6 +31,7 @@ from . import (
     failure_class,
     failures,
     gang,
+    kueue,
     ownership,
     placement_timeout,
     placement_verdict,
@@ -38,7 +40,14 @@ from . import (
     termination,
 )
 from . import conditions as c
-from .builders import JobRef, build_network_policy, build_podgroup, build_service, build_worker_pod
+from .builders import (
+    JobRef,
+    build_network_policy,
+    build_podgroup,
+    build_service,
+    build_worker_pod,
+    owner_reference,
+)
 from .capacity import GROW, SHRINK, size_to_start
 from .no_progress import (
     Liveness,
@@ -207,6 +216,10 @@ def _plan_steps(
     blocked_names = ownership.plan_foreign_pods(obs, plan)
     if c.is_terminal(status.get("phase")):
         _finish(obs, spec, status, pods, plan)
+        if obs.kueue is not None:
+            ended = c.find_condition(status.get("conditions") or [], status["phase"])
+            message = ended["message"] if ended is not None and ended.get("message") else f"job {status['phase']}"
+            plan.workload_write = kueue.finished(obs.kueue.workloads, status["phase"] == c.SUCCEEDED, message, obs.now)
         return status
     termination.plan_stale(
         obs.now,
@@ -230,6 +243,9 @@ def _plan_steps(
             return new_status
     if status.get("phase") == c.SUSPENDED:
         return status
+    queued, obs = _admission(obs, ref, spec, status, pods, plan)
+    if queued is not None:
+        return queued
 
     refusal = pod_rejection.current_refusal(obs, status)
     if refusal is not None and pod_rejection.is_invalid(refusal):
@@ -259,6 +275,7 @@ def _plan_steps(
         return status
     launched_now = _launched(obs, settings, status, pods, plan)
     _readiness(obs, settings, spec, status, pods, plan, launched_now)
+    _workload_pods_ready(obs, status, plan)
     placement_verdict.show(obs, status, list(pods.current.values()), plan)
     return status
 
@@ -340,6 +357,89 @@ def _rescale(obs: Observed, spec: JobSpec, status: JobStatus, plan: Plan) -> Job
         f"{status['attempt'] + 1} with {size} pods"
     )
     return _new_group(obs, spec, status, plan, size, "Rescaled", message)
+
+
+def _admission(
+    obs: Observed, ref: JobRef, spec: JobSpec, status: JobStatus, pods: SortedPods, plan: Plan
+) -> tuple[JobStatus | None, Observed]:
+    """Kueue governs the job (kueue.py): no pods until its Workload is admitted, then at most the admitted count.
+    Returns the held status, or None and the observation with the admission in it."""
+    if obs.kueue is None:
+        return None, obs
+    template = build_worker_pod(ref, spec, index=0, attempt=0, restarts=0, size=spec.replicas)
+    decision = kueue.decide(
+        job=obs.job,
+        view=obs.kueue,
+        owner=owner_reference(ref),
+        template=template,
+        replicas=spec.replicas,
+        min_replicas=spec.elastic.min_replicas if spec.elastic else None,
+        pods=obs.pods,
+        now=obs.now,
+    )
+    plan.create_workload, plan.delete_workloads, plan.workload_write = (
+        decision.create,
+        decision.delete,
+        decision.write,
+    )
+    if decision.hold is not None:
+        return _queued(obs, spec, status, pods, plan, decision.hold), obs
+    admission = decision.admission
+    assert admission is not None
+    if status.get("launchedAttempt") != status["attempt"] and status["replicas"] != admission.count:
+        _sized(status, spec, admission.count)
+    message = f"admitted by ClusterQueue {admission.cluster_queue} at {admission.count} pods"
+    status["queue"] = kueue.queue_name(obs.job) or ""
+    queued_before = c.find_condition(status.get("conditions") or [], kueue.QUEUED)
+    if queued_before is None or queued_before.get("status") == "True":
+        plan.event(NORMAL, kueue.ADMITTED_REASON, message)
+    status["conditions"] = c.set_condition(
+        status.get("conditions") or [], kueue.QUEUED, "False", kueue.ADMITTED_REASON, message, obs.now
+    )
+    # Elastic growth never goes past what Kueue admitted.
+    capacity = admission.count if obs.capacity is None else min(obs.capacity, admission.count)
+    return None, dataclasses.replace(obs, admission=admission, capacity=capacity)
+
+
+def _queued(
+    obs: Observed, spec: JobSpec, status: JobStatus, pods: SortedPods, plan: Plan, hold: kueue.Hold
+) -> JobStatus:
+    """Waiting for admission, or evicted: a group of this attempt is stopped (SIGTERM, so it checkpoints) by
+    moving to a new attempt, as a suspension does. Never a failure: the restart budget is untouched."""
+    out = status
+    if pods.current or status.get("launchedAttempt") == status["attempt"]:
+        out = copy.deepcopy(status)
+        out["attempt"] = status["attempt"] + 1
+        out.pop("startTime", None)
+        _drop_restart_clock(out)
+        _start_no_sooner(out, obs.now)
+        plan.event(
+            hold.event_type,
+            "Evicted" if hold.event_type == WARNING else kueue.QUEUED,
+            f"{hold.message}; stopping the pods of attempt {status['attempt']}",
+        )
+        plan.requeue(0)
+    before = c.find_condition(status.get("conditions") or [], kueue.QUEUED)
+    if (before is None or before.get("status") != "True") and not pods.current:
+        plan.event(NORMAL, kueue.QUEUED, hold.message)
+    if (out.get("phase"), out.get("reason")) != (c.PENDING, hold.reason):
+        out = c.enter_phase(out, c.PENDING, hold.reason, hold.message, obs.now)
+    out["queue"] = kueue.queue_name(obs.job) or ""
+    out["conditions"] = c.set_condition(
+        out.get("conditions") or [], kueue.QUEUED, "True", hold.reason, hold.message, obs.now
+    )
+    out.update({"readyReplicas": 0, "readyText": f"0/{out['replicas']}"})
+    return out
+
+
+def _workload_pods_ready(obs: Observed, status: JobStatus, plan: Plan) -> None:
+    """Tell Kueue's waitForPodsReady whether the admitted group runs."""
+    if obs.kueue is None or obs.admission is None or plan.workload_write is not None:
+        return
+    admitted = [w for w in obs.kueue.workloads if kueue.admission_of(w, obs.kueue.flavors) is not None]
+    if admitted:
+        running = status.get("phase") == c.RUNNING
+        plan.workload_write = kueue.pods_ready(admitted[0], running, status["attempt"] > 0, obs.now)
 
 
 def _new_group(
@@ -619,17 +719,16 @@ def _create_missing(
     if podgroup is not None and not _has_podgroup(obs, podgroup):
         plan.create_podgroup = build_podgroup(ref, podgroup, replicas, attempt)
     for index in missing:
-        plan.create_pods.append(
-            build_worker_pod(
-                ref,
-                spec,
-                index=index,
-                attempt=attempt,
-                restarts=status.get("restarts", 0),
-                size=replicas,
-                podgroup=podgroup,
-            )
+        pod = build_worker_pod(
+            ref,
+            spec,
+            index=index,
+            attempt=attempt,
+            restarts=status.get("restarts", 0),
+            size=replicas,
+            podgroup=podgroup,
         )
+        plan.create_pods.append(pod if obs.admission is None else kueue.apply_admission(pod, obs.admission))
     # The pass that sees these pods writes the status (and says they were created), so a kill -9 in between
     # loses nothing: their finalizers keep them visible until then.
     plan.defer_status = True

@@ -45,6 +45,7 @@ class JobStatus(TypedDict, total=False):
     desiredReplicas: int
     sizeText: str
     placement: str  # gang.py: Gang, PodByPod, OwnScheduler
+    queue: str  # kueue.py: the LocalQueue of a job that Kueue admits
     readyReplicas: int
     readyText: str
     selector: str

@@ -15,7 +15,7 @@ from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
-from . import api
+from . import api, kueue
 from .capacity import NodeRoom, Requests, count_in, free_room, pod_requests, slim_allocatable, usable
 from .plan import Observed
 from .spec import parse_spec
@@ -175,6 +175,7 @@ class WatchCache:
         bound_pods: IndexView | None = None,
         podgroups: IndexView | None = None,
         namespaces: IndexView | None = None,
+        kueue: tuple[IndexView, IndexView, IndexView] | None = None,
         clock: Callable[[], float] = time.monotonic,
     ):
         self.jobs = jobs  # (ns, name) -> [job]
@@ -184,6 +185,8 @@ class WatchCache:
         self.bound_pods = bound_pods if bound_pods is not None else {}  # node name -> [(uid, requests)]
         self.podgroups = podgroups  # (ns, job-name label) -> [PodGroup]; None: gang scheduling is off
         self.namespaces = namespaces if namespaces is not None else {}  # name -> [terminating?]
+        # (ns, job-name label) -> [Workload], flavor name -> [spec], PriorityClass name -> [value]; None: no Kueue
+        self.kueue = kueue
         self._room_cache: tuple[int, list[NodeRoom], dict[str, Requests], list[Any]] | None = None
         self.clock = clock
         self.learnt_terminating: dict[str, float] = {}  # namespace -> when the API server said so
@@ -327,6 +330,19 @@ class WatchCache:
             foreign_podgroups=foreign_podgroups,
             foreign_pods=foreign,
             capacity=self.capacity(job, {p["metadata"]["uid"] for p in pods}),
+            kueue=self.kueue_view(key, job),
+        )
+
+    def kueue_view(self, key: Key, job: dict[str, Any]) -> kueue.View | None:
+        """The job's Workloads (those it controls) and what admission reads, if Kueue governs the job."""
+        if self.kueue is None or kueue.queue_name(job) is None:
+            return None
+        workloads, flavors, priorities = self.kueue
+        uid = job["metadata"]["uid"]
+        return kueue.View(
+            workloads=[w for w in _values(workloads, key) if controlled_by(w, uid)],
+            flavors={name: _first(flavors, name) or {} for name in flavors},
+            priorities={name: int(next(iter(priorities[name]), 0)) for name in priorities},
         )
 
     def orphaned_pods(self, key: Key) -> list[dict[str, Any]]:

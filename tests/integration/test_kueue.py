@@ -1,0 +1,243 @@
+"""Admission by Kueue: a real Kueue manager (built from sigs.k8s.io/kueue v0.19.2, hack/kueue.sh) beside the local
+control plane, the real scheduler, kwok GPU nodes, and an operator that found Kueue's API at its start.
+
+Each test has a namespace, a ClusterQueue and a ResourceFlavor of its own. The flavor's node label is the test's
+pool, kwok nodes that only this test made, so the pods can only land there because the admission said so, and
+how much runs is decided by the quota alone."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import uuid
+
+import pytest
+from kubernetes import client
+
+from support.cluster import delete_namespace, wait_until
+from support.nodes import create_spare_node, delete_node, node_ready
+from support.operator import ROOT, OperatorProcess
+
+from ddpjob_manifests import ddpjob
+from namespaced_kubectl import Kube
+
+NS_PREFIX = "t-kq-"
+ADMIT_WITHIN = 60  # seconds: Kueue's admission cycle, then a reconcile and the scheduler; generous under load
+# Kueue's waitForPodsReady for this suite: an admitted job whose pods do not all run by then is evicted.
+PODS_READY_TIMEOUT = "20s"
+
+
+@pytest.fixture(scope="module")
+def kueue(cluster):
+    env = {**os.environ, "KUEUE_PODS_READY_TIMEOUT": PODS_READY_TIMEOUT}
+    done = subprocess.run(["bash", str(ROOT / "hack" / "kueue.sh"), "up"], env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    served = cluster.kubectl("api-resources", "--api-group=kueue.x-k8s.io", "-o", "name").stdout
+    assert "workloads.kueue.x-k8s.io" in served
+
+
+@pytest.fixture(scope="module")
+def kq_operator(cluster, crds, kueue, tmp_path_factory):
+    """Started after Kueue's API exists: the operator looks for it once, at start."""
+    op = OperatorProcess(cluster.kubeconfig, [f"{NS_PREFIX}*"], tmp_path_factory.mktemp("kq") / "operator.log",
+                         verbose=False)
+    op.start()
+    wait_until(lambda: "Kueue found" in op.log(), timeout=30, what="the operator to find Kueue")
+    yield op
+    op.stop()
+
+
+@pytest.fixture
+def ns(cluster, kq_operator, request):
+    name = f"{NS_PREFIX}{request.node.name[5:25].lower().replace('_', '-').strip('-')}-{uuid.uuid4().hex[:5]}"
+    cluster.kubectl("create", "namespace", name)
+    wait_until(lambda: cluster.kubectl("-n", name, "get", "serviceaccount", "default", check=False).returncode == 0,
+               timeout=30, what=f"default ServiceAccount in {name}")
+    log_offset = len(kq_operator.log())
+    yield name
+    report = getattr(request.node, "rep_call", None)
+    if report is None or report.failed:
+        print(f"----- operator log -----\n{kq_operator.log()[log_offset:][-20000:]}")
+        print(cluster.kubectl("get", "workloads.kueue.x-k8s.io", "-n", name, "-o", "yaml", check=False).stdout[-8000:])
+    if os.environ.get("KEEP_NAMESPACE") == "1":  # debugging: look at what the test left
+        return
+    cluster.kubectl("-n", name, "delete", "ddpjobs", "--all", "--wait=true", "--timeout=30s", check=False)
+    delete_namespace(cluster, name)
+    for kind in ("clusterqueue", "resourceflavor"):
+        cluster.kubectl("delete", kind, name, "--wait=false", check=False)
+
+
+@pytest.fixture
+def kube(cluster, ns) -> Kube:
+    return Kube(cluster, ns)
+
+
+@pytest.fixture
+def nodes(kube_api, ns):
+    """nodes(n, **labels) -> names: kwok nodes of this test's pool (label pool=<namespace>), 8 GPUs each."""
+    core = client.CoreV1Api(kube_api)
+    made: list[str] = []
+
+    def make(n: int, **labels: str) -> list[str]:
+        names = [f"{ns}-{len(made) + i}"[-63:].lstrip("-") for i in range(n)]
+        for name in names:
+            create_spare_node(core, name, labels={"pool": ns, **labels})
+            made.append(name)
+        for name in names:
+            wait_until(lambda name=name: node_ready(core, name), timeout=60, what=f"node {name} Ready")
+        return names
+
+    yield make
+    for name in made:
+        delete_node(core, name)
+
+
+def queue(kube: Kube, ns: str, gpus: int, node_labels: dict[str, str] | None = None,
+          preemption: dict | None = None) -> None:
+    """A ResourceFlavor (the pool's nodes), a ClusterQueue of `gpus` GPUs of it, and LocalQueue `q` in ns."""
+    labels = {"pool": ns, **(node_labels or {})}
+    cq: dict = {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ClusterQueue", "metadata": {"name": ns},
+                "spec": {"namespaceSelector": {}, "queueingStrategy": "StrictFIFO",
+                         "resourceGroups": [{"coveredResources": ["nvidia.com/gpu"], "flavors": [
+                             {"name": ns, "resources": [{"name": "nvidia.com/gpu", "nominalQuota": gpus}]}]}]}}
+    if preemption:
+        cq["spec"]["preemption"] = preemption
+    for manifest in (
+        {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ResourceFlavor", "metadata": {"name": ns},
+         "spec": {"nodeLabels": labels}},
+        cq,
+        {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "LocalQueue", "metadata": {"name": "q", "namespace": ns},
+         "spec": {"clusterQueue": ns}},
+    ):
+        kube.apply(manifest)
+    wait_until(lambda: (kube.get("clusterqueue", ns) or {}).get("status", {}).get("conditions"), timeout=30,
+               what=f"ClusterQueue {ns} active")
+
+
+def queued_job(name: str, replicas: int = 2, **spec) -> dict:
+    job = ddpjob(name, replicas=replicas, gpus=8, **spec)
+    job["metadata"]["labels"] = {"kueue.x-k8s.io/queue-name": "q"}
+    return job
+
+
+def workloads(kube: Kube, job: str) -> list[dict]:
+    items = json.loads(kube("get", "workloads.kueue.x-k8s.io", "-o", "json").stdout)["items"]
+    return [w for w in items if w["metadata"].get("labels", {}).get("ddpjob.dev/job-name") == job]
+
+
+def condition(obj: dict, ctype: str) -> dict:
+    """A condition of a status, or of an object's status."""
+    conditions = obj["conditions"] if "conditions" in obj else (obj.get("status") or {}).get("conditions")
+    return next((c for c in conditions or [] if c["type"] == ctype), {})
+
+
+def finish(kube: Kube, job: str, replicas: int = 2) -> None:
+    """The simulated trainer ends well: every pod of the group exits 0."""
+    for index in range(replicas):
+        kube.succeed_pod(f"{job}-worker-{index}")
+    kube.wait_phase(job, "Succeeded")
+
+
+def is_queued(status: dict) -> bool:
+    return status.get("phase") == "Pending" and status.get("reason") == "Queued"
+
+
+def test_a_quota_for_one_job_runs_one_and_queues_two_with_no_pods_until_it_finishes(kube, ns, nodes):
+    nodes(6)  # room for all three: only the quota (16 GPUs, one 2 x 8 job) holds two of them back
+    queue(kube, ns, gpus=16)
+    for name in ("first", "second", "third"):
+        kube.apply(queued_job(name))
+        # StrictFIFO: the order of creation is the order of admission
+        wait_until(lambda name=name: workloads(kube, name), timeout=30, what=f"{name}'s Workload")
+    kube.wait_phase("first", "Running", timeout=ADMIT_WITHIN)
+    for name in ("second", "third"):
+        status = kube.wait_status(name, is_queued, timeout=ADMIT_WITHIN, what="Pending, Queued")
+        assert kube.pods(name) == [], f"{name} has pods before its admission"
+        queued = condition(status, "Queued")
+        assert queued.get("status") == "True" and "LocalQueue q" in queued["message"], status
+        assert status["queue"] == "q"
+        assert "Queued" in {e["reason"] for e in kube.events(name)}
+    (first_wl,) = workloads(kube, "first")
+    assert first_wl["metadata"]["ownerReferences"][0]["kind"] == "DDPJob"
+    assert first_wl["spec"]["podSets"][0]["count"] == 2
+    wait_until(lambda: condition(workloads(kube, "first")[0], "PodsReady").get("status") == "True", timeout=30,
+               what="first's Workload PodsReady")
+
+    finish(kube, "first")
+    wait_until(lambda: condition(workloads(kube, "first")[0], "Finished").get("status") == "True", timeout=30,
+               what="first's Workload Finished")
+    status = kube.wait_phase("second", "Running", timeout=ADMIT_WITHIN)
+    assert status["restarts"] == 0 and status["platformRestarts"] == 0
+    assert "Admitted" in {e["reason"] for e in kube.events("second")}
+    assert is_queued(kube.status("third")) and kube.pods("third") == []
+
+
+def test_an_elastic_job_is_admitted_and_runs_at_what_the_quota_holds(kube, ns, nodes):
+    nodes(4)  # room for 4 pods; the quota holds 3
+    queue(kube, ns, gpus=24)
+    kube.apply(queued_job("elastic", replicas=4, nprocPerNode=8, elastic={"minReplicas": 2, "maxReplicas": 4}))
+    status = kube.wait_phase("elastic", "Running", timeout=ADMIT_WITHIN)
+    assert (status["replicas"], status["sizeText"], status["worldSize"]) == (3, "3/4", 24), status
+    assert len(kube.pods("elastic")) == 3
+    (wl,) = workloads(kube, "elastic")
+    assert wl["spec"]["podSets"][0]["count"] == 4 and wl["spec"]["podSets"][0]["minCount"] == 2
+    assert wl["status"]["admission"]["podSetAssignments"][0]["count"] == 3
+    env = {e["name"]: e.get("value") for e in kube.pods("elastic")[0]["spec"]["containers"][0]["env"]}
+    assert env["PET_NNODES"] == "3", env
+
+
+def test_the_flavors_node_labels_place_the_pods_on_its_nodes_only(kube, ns, nodes):
+    mine = nodes(2, flavor="a")
+    nodes(2, flavor="b")
+    queue(kube, ns, gpus=32, node_labels={"flavor": "a"})
+    kube.apply(queued_job("placed"))
+    pods = kube.running_pods("placed", 0, 2, timeout=ADMIT_WITHIN)
+    for pod in pods:
+        assert pod["spec"]["nodeSelector"] == {"pool": ns, "flavor": "a"}, pod["spec"].get("nodeSelector")
+        assert pod["spec"]["nodeName"] in mine
+
+
+def test_a_higher_priority_job_evicts_a_lower_one_which_queues_again_without_spending_its_budget(
+        kube, ns, nodes, cluster):
+    nodes(4)
+    queue(kube, ns, gpus=16, preemption={"withinClusterQueue": "LowerPriority"})
+    high_class = f"{ns}-high"
+    kube.apply({"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "metadata": {"name": high_class},
+                "value": 1000})
+    try:
+        kube.apply(queued_job("low"))
+        kube.running_pods("low", 0, 2, timeout=ADMIT_WITHIN)
+        high = queued_job("high")
+        high["spec"]["template"]["spec"]["priorityClassName"] = high_class
+        kube.apply(high)
+        status = kube.wait_status("low", lambda s: is_queued(s) and "Preempted" in condition(s, "Queued")["message"],
+                                  timeout=ADMIT_WITHIN, what="low evicted by preemption, Queued")
+        assert status["restarts"] == 0 and status["platformRestarts"] == 0, status
+        assert "Evicted" in {e["reason"] for e in kube.events("low")}
+        kube.running_pods("high", 0, 2, timeout=ADMIT_WITHIN)
+        wait_until(lambda: not kube.pods("low"), timeout=30, what="low's pods gone")
+        finish(kube, "high")
+        status = kube.wait_phase("low", "Running", timeout=ADMIT_WITHIN)
+        assert status["attempt"] == 1 and status["restarts"] == 0 and status["platformRestarts"] == 0, status
+    finally:
+        cluster.kubectl("delete", "priorityclass", high_class, check=False)
+
+
+def test_pods_that_cannot_start_are_evicted_by_wait_for_pods_ready_and_requeued_without_spending_budget(
+        kube, ns, nodes):
+    nodes(2)
+    queue(kube, ns, gpus=16)
+    job = queued_job("stuck")
+    job["spec"]["template"]["spec"]["nodeSelector"] = {"no-such-node": "true"}  # admitted, never scheduled
+    kube.apply(job)
+    status = kube.wait_status(
+        "stuck", lambda s: is_queued(s) and "PodsReadyTimeout" in condition(s, "Queued")["message"],
+        timeout=ADMIT_WITHIN + 30, what="evicted for PodsReadyTimeout, Queued")
+    assert status["restarts"] == 0 and status["platformRestarts"] == 0, status
+    wait_until(lambda: not kube.pods("stuck") or kube.status("stuck").get("attempt", 0) >= 1, timeout=30,
+               what="the stuck group stopped")
+    # Requeued: Kueue admits it again after its backoff, and the operator creates the next attempt's pods.
+    kube.wait_status("stuck", lambda s: s.get("attempt", 0) >= 1 and condition(s, "Queued").get("status") == "False",
+                     timeout=ADMIT_WITHIN, what="admitted again")
