@@ -14,7 +14,7 @@ import base64
 import sys
 from pathlib import Path
 
-import yaml
+import yaml  # type: ignore[import-untyped]  # pyyaml ships no stubs
 
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 KEPT_GROUPS = {"kueue.x-k8s.io", "batch"}
