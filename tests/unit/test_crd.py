@@ -44,7 +44,7 @@ def test_printer_columns_and_scale():
     _, version = load()
     columns = [c["name"] for c in version["additionalPrinterColumns"]]
     assert columns == ["Phase", "Size", "Ready", "Restarts", "Disruptions", "WorldSize", "Reason", "Age", "Step", "Attempt",
-                       "Placement"]
+                       "Queue", "Placement"]
     assert version["subresources"]["scale"] == {"specReplicasPath": ".spec.replicas",
                                                 "statusReplicasPath": ".status.replicas",
                                                 "labelSelectorPath": ".status.selector"}
