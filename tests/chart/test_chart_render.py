@@ -58,7 +58,8 @@ def test_single_namespace_uses_a_role_in_the_watched_namespace():
     assert one(docs, "RoleBinding")["subjects"][0]["namespace"] == "ddpjob-system"
     assert "--namespace=team-a" in one(docs, "Deployment")["spec"]["template"]["spec"]["containers"][0]["args"]
     cluster_resources = {r for rule in one(docs, "ClusterRole")["rules"] for r in rule["resources"]}
-    assert cluster_resources == {"customresourcedefinitions", "namespaces", "nodes"}, cluster_resources
+    assert cluster_resources == {"customresourcedefinitions", "namespaces", "nodes", "resourceflavors",
+                                 "priorityclasses"}, cluster_resources
 
 
 def test_rbac_never_grants_secrets_exec_or_wildcards():
