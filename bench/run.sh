@@ -11,7 +11,8 @@
 #   BENCH_NODES=250                   kwok nodes (x 8 GPUs) of the throw-away cluster
 #   BENCH_GANG_JOBS=12 BENCH_GANG_NODES=8   gang contention: 4 x 8-GPU jobs submitted at once, kwok nodes x 8 GPUs
 #   BENCH_DELETION_JOBS=100           deletion: running 2-pod jobs in the namespace deleted
-#   BENCH_SKIP="local"                any of: trainer scale gang deletion local (skip those parts)
+#   BENCH_KUEUE_JOBS=100 BENCH_KUEUE_QUOTA=10 BENCH_KUEUE_RUN_SECONDS=10   a queue under Kueue vs its batch/v1 Job
+#   BENCH_SKIP="local"                any of: trainer scale gang deletion kueue local (skip those parts)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 py="$root/.venv/bin/python"
@@ -50,6 +51,13 @@ if ! skip gang; then
   say "gang placement under contention: ${BENCH_GANG_JOBS:-12} jobs x 4 pods x 8 GPUs on ${BENCH_GANG_NODES:-8} kwok nodes, gang on vs off"
   "$py" "$root/bench/gang_contention.py" --out "$results/gang_contention.json" --jobs "${BENCH_GANG_JOBS:-12}" \
     --nodes "${BENCH_GANG_NODES:-8}"
+fi
+
+if ! skip kueue; then
+  say "kueue: ${BENCH_KUEUE_JOBS:-100} 2 x 8-GPU jobs on a quota for ${BENCH_KUEUE_QUOTA:-10}, DDPJob vs Kueue's batch/v1 Job"
+  bash "$root/hack/build-tools.sh" kueue
+  "$py" "$root/bench/kueue_queue.py" --out "$results/kueue_queue.json" --jobs "${BENCH_KUEUE_JOBS:-100}" \
+    --quota "${BENCH_KUEUE_QUOTA:-10}" --run-seconds "${BENCH_KUEUE_RUN_SECONDS:-10}"
 fi
 
 if ! skip deletion; then

@@ -256,3 +256,19 @@ def test_the_summary_block_is_replaced_in_place():
     assert summary.with_table(page, "| new |\n") == f"intro\n{summary.BEGIN}\n| new |\n{summary.END}\noutro\n"
     with pytest.raises(ValueError, match="SUMMARY:BEGIN"):
         summary.with_table("no markers", "| new |\n")
+
+
+def test_kueue_rows_compare_with_kueues_own_job_path_and_say_a_miss():
+    from summary import kueue_rows
+
+    queue = {
+        "setup": {"jobs": 100, "pods_per_job": 2, "gpus_per_pod": 8, "quota_jobs": 10, "run_seconds": 10},
+        "operator_ddpjob": {"handoff_p50_seconds": 3.0, "handoff_p95_seconds": 2.0, "makespan_seconds": 120.0},
+        "baseline_batch_job": {"handoff_p50_seconds": 2.0, "handoff_p95_seconds": 2.0, "makespan_seconds": 120.0},
+        "handoff_p50_ratio": 1.5,
+        "handoff_p95_ratio": 1.0,
+        "makespan_ratio": 1.0,
+    }
+    p50, p95, makespan = kueue_rows(queue)
+    assert "Kueue's batch/v1 Job" in p50 and "missed by 0.30x (25% over)" in p50
+    assert p95.endswith("| met |") and makespan.endswith("| met |")

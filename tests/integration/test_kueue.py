@@ -241,3 +241,11 @@ def test_pods_that_cannot_start_are_evicted_by_wait_for_pods_ready_and_requeued_
     # Requeued: Kueue admits it again after its backoff, and the operator creates the next attempt's pods.
     kube.wait_status("stuck", lambda s: s.get("attempt", 0) >= 1 and condition(s, "Queued").get("status") == "False",
                      timeout=ADMIT_WITHIN, what="admitted again")
+
+
+def test_the_kueue_examples_are_accepted_by_kueue_and_the_api_server(cluster, kueue, crds):
+    """examples/kueue as docs/kueue.md applies it: Kueue's own webhooks and schemas validate it (server dry run)."""
+    for manifest in ("queues.yaml", "job.yaml"):
+        done = cluster.kubectl("apply", "--dry-run=server", "-f", str(ROOT / "examples" / "kueue" / manifest),
+                               check=False)
+        assert done.returncode == 0, done.stdout + done.stderr
