@@ -5,7 +5,7 @@
      the same name: ownership.py);
   3. delete pods of earlier attempts (force-deleting only when safe: termination.py) and release their tracking
      finalizers;
-  4. deadline, suspend/resume, rescale;
+  4. deadline, suspend/resume, rescale, and admission by Kueue for a job it governs (kueue_step.py);
   5. a refused pod's verdict, failure policy (failure_class.py, no_progress.py), success policy, then the
      placement timeout (placement_timeout.py) and an elastic resize (resize_policy.py);
   6. create the headless Service (never adopting another's: ownership.py) and the missing pods;
@@ -21,9 +21,8 @@ that the next pass cannot finish, and a pass that runs twice on the same state d
 from __future__ import annotations
 
 import copy
-import dataclasses
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
 from . import (
@@ -32,6 +31,7 @@ from . import (
     failures,
     gang,
     kueue,
+    kueue_step,
     ownership,
     placement_timeout,
     placement_verdict,
@@ -40,14 +40,8 @@ from . import (
     termination,
 )
 from . import conditions as c
-from .builders import (
-    JobRef,
-    build_network_policy,
-    build_podgroup,
-    build_service,
-    build_worker_pod,
-    owner_reference,
-)
+from .attempt_status import drop_restart_clock, sized, start_no_sooner
+from .builders import JobRef, build_network_policy, build_podgroup, build_service, build_worker_pod
 from .capacity import GROW, SHRINK, size_to_start
 from .no_progress import (
     Liveness,
@@ -137,7 +131,7 @@ def initial_status(job: str, spec: JobSpec, capacity: int | None = None) -> JobS
         "platformRestarts": 0,
         "selector": api.selector(job),
     }
-    return _sized(status, spec, _start_size(spec, capacity))
+    return sized(status, spec, _start_size(spec, capacity))
 
 
 def _start_size(spec: JobSpec, capacity: int | None) -> int:
@@ -146,40 +140,10 @@ def _start_size(spec: JobSpec, capacity: int | None) -> int:
     )
 
 
-def _sized(status: JobStatus, spec: JobSpec, size: int) -> JobStatus:
-    """status at a new attempt of `size` pods (none running yet), of spec.replicas desired."""
-    status.update(
-        {
-            "replicas": size,
-            "desiredReplicas": spec.replicas,
-            "sizeText": f"{size}/{spec.replicas}",
-            "readyReplicas": 0,
-            "readyText": f"0/{size}",
-            "worldSize": size * spec.procs_per_pod,
-        }
-    )
-    return status
-
-
 # A cache that shows two pods under one name is between a pod's deletion and its successor's creation: the watch
 # delivers each object's events on its own, so the new pod can appear before the old one's DELETED event. Every
 # decision by name (delete, release, "missing") would then be ambiguous, and could hit the new pod: wait.
 DUPLICATE_NAME_RETRY_SECONDS = 0.2
-# A new group (after a restart, a rescale or a resume) starts at least this long after the decision: a late
-# confirmation of an old pod's end that names it only by name (kwok's simulated kubelet does) would otherwise hit
-# its successor, which reuses the name.
-RECREATE_QUIET_SECONDS = 2.0
-
-
-def _drop_restart_clock(status: JobStatus) -> None:
-    """A group that will not start again (suspended, finished) has no restart to wait for or to time."""
-    status.pop("nextAttemptTime", None)
-    status.pop("restartingSince", None)
-
-
-def _start_no_sooner(status: JobStatus, now: datetime, delay: float = 0.0) -> None:
-    """Set when the pods of the new attempt may be created: after the backoff, and never in the same moment."""
-    status["nextAttemptTime"] = format_time(now + timedelta(seconds=max(delay, RECREATE_QUIET_SECONDS)))
 
 
 def plan_reconcile(obs: Observed, settings: PlannerSettings = PlannerSettings()) -> Plan:
@@ -216,10 +180,7 @@ def _plan_steps(
     blocked_names = ownership.plan_foreign_pods(obs, plan)
     if c.is_terminal(status.get("phase")):
         _finish(obs, spec, status, pods, plan)
-        if obs.kueue is not None:
-            ended = c.find_condition(status.get("conditions") or [], status["phase"])
-            message = ended["message"] if ended is not None and ended.get("message") else f"job {status['phase']}"
-            plan.workload_write = kueue.finished(obs.kueue.workloads, status["phase"] == c.SUCCEEDED, message, obs.now)
+        kueue_step.finished(obs, status, plan)
         return status
     termination.plan_stale(
         obs.now,
@@ -243,7 +204,7 @@ def _plan_steps(
             return new_status
     if status.get("phase") == c.SUSPENDED:
         return status
-    queued, obs = _admission(obs, ref, spec, status, pods, plan)
+    queued, obs = kueue_step.admit(obs, ref, spec, status, bool(pods.current), plan)
     if queued is not None:
         return queued
 
@@ -275,7 +236,7 @@ def _plan_steps(
         return status
     launched_now = _launched(obs, settings, status, pods, plan)
     _readiness(obs, settings, spec, status, pods, plan, launched_now)
-    _workload_pods_ready(obs, status, plan)
+    kueue_step.pods_ready(obs, status, plan)
     placement_verdict.show(obs, status, list(pods.current.values()), plan)
     return status
 
@@ -325,25 +286,25 @@ def _suspend_or_resume(obs: Observed, spec: JobSpec, status: JobStatus, plan: Pl
         # A new attempt number makes every existing pod "earlier", so the next pass deletes them all.
         out = c.enter_phase(status, c.SUSPENDED, "Suspended", "job is suspended; its pods are deleted", obs.now)
         out["attempt"] = status["attempt"] + 1
-        _sized(out, spec, _start_size(spec, obs.capacity))
+        sized(out, spec, _start_size(spec, obs.capacity))
         out.pop("startTime", None)
-        _drop_restart_clock(out)
+        drop_restart_clock(out)
         plan.event(NORMAL, "Suspended", f"suspended; deleting the pods of attempt {status['attempt']}")
         plan.requeue(0)
         return out
     if not spec.run_policy.suspend and suspended:
         out = c.enter_phase(status, c.PENDING, "Resumed", "job resumed", obs.now)
-        out = _sized(out, spec, _start_size(spec, obs.capacity))
+        out = sized(out, spec, _start_size(spec, obs.capacity))
         out = {
             **out,
             "conditions": c.set_condition(out["conditions"], c.SUSPENDED, "False", "Resumed", "job resumed", obs.now),
         }
-        _start_no_sooner(out, obs.now)
+        start_no_sooner(out, obs.now)
         plan.event(NORMAL, "Resumed", f"resumed as attempt {status['attempt']}")
         plan.requeue(0)
         return out
     if suspended and status.get("desiredReplicas") != spec.replicas:
-        _sized(status, spec, _start_size(spec, obs.capacity))
+        sized(status, spec, _start_size(spec, obs.capacity))
     return None
 
 
@@ -359,97 +320,14 @@ def _rescale(obs: Observed, spec: JobSpec, status: JobStatus, plan: Plan) -> Job
     return _new_group(obs, spec, status, plan, size, "Rescaled", message)
 
 
-def _admission(
-    obs: Observed, ref: JobRef, spec: JobSpec, status: JobStatus, pods: SortedPods, plan: Plan
-) -> tuple[JobStatus | None, Observed]:
-    """Kueue governs the job (kueue.py): no pods until its Workload is admitted, then at most the admitted count.
-    Returns the held status, or None and the observation with the admission in it."""
-    if obs.kueue is None:
-        return None, obs
-    template = build_worker_pod(ref, spec, index=0, attempt=0, restarts=0, size=spec.replicas)
-    decision = kueue.decide(
-        job=obs.job,
-        view=obs.kueue,
-        owner=owner_reference(ref),
-        template=template,
-        replicas=spec.replicas,
-        min_replicas=spec.elastic.min_replicas if spec.elastic else None,
-        pods=obs.pods,
-        now=obs.now,
-    )
-    plan.create_workload, plan.delete_workloads, plan.workload_write = (
-        decision.create,
-        decision.delete,
-        decision.write,
-    )
-    if decision.hold is not None:
-        return _queued(obs, spec, status, pods, plan, decision.hold), obs
-    admission = decision.admission
-    assert admission is not None
-    if status.get("launchedAttempt") != status["attempt"] and status["replicas"] != admission.count:
-        _sized(status, spec, admission.count)
-    message = f"admitted by ClusterQueue {admission.cluster_queue} at {admission.count} pods"
-    status["queue"] = kueue.queue_name(obs.job) or ""
-    queued_before = c.find_condition(status.get("conditions") or [], kueue.QUEUED)
-    if queued_before is None or queued_before.get("status") == "True":
-        plan.event(NORMAL, kueue.ADMITTED_REASON, message)
-    status["conditions"] = c.set_condition(
-        status.get("conditions") or [], kueue.QUEUED, "False", kueue.ADMITTED_REASON, message, obs.now
-    )
-    # Elastic growth never goes past what Kueue admitted.
-    capacity = admission.count if obs.capacity is None else min(obs.capacity, admission.count)
-    return None, dataclasses.replace(obs, admission=admission, capacity=capacity)
-
-
-def _queued(
-    obs: Observed, spec: JobSpec, status: JobStatus, pods: SortedPods, plan: Plan, hold: kueue.Hold
-) -> JobStatus:
-    """Waiting for admission, or evicted: a group of this attempt is stopped (SIGTERM, so it checkpoints) by
-    moving to a new attempt, as a suspension does. Never a failure: the restart budget is untouched."""
-    out = status
-    if pods.current or status.get("launchedAttempt") == status["attempt"]:
-        out = copy.deepcopy(status)
-        out["attempt"] = status["attempt"] + 1
-        out.pop("startTime", None)
-        _drop_restart_clock(out)
-        _start_no_sooner(out, obs.now)
-        plan.event(
-            hold.event_type,
-            "Evicted" if hold.event_type == WARNING else kueue.QUEUED,
-            f"{hold.message}; stopping the pods of attempt {status['attempt']}",
-        )
-        plan.requeue(0)
-    before = c.find_condition(status.get("conditions") or [], kueue.QUEUED)
-    if (before is None or before.get("status") != "True") and not pods.current:
-        plan.event(NORMAL, kueue.QUEUED, hold.message)
-    if (out.get("phase"), out.get("reason")) != (c.PENDING, hold.reason):
-        out = c.enter_phase(out, c.PENDING, hold.reason, hold.message, obs.now)
-    out["queue"] = kueue.queue_name(obs.job) or ""
-    out["conditions"] = c.set_condition(
-        out.get("conditions") or [], kueue.QUEUED, "True", hold.reason, hold.message, obs.now
-    )
-    out.update({"readyReplicas": 0, "readyText": f"0/{out['replicas']}"})
-    return out
-
-
-def _workload_pods_ready(obs: Observed, status: JobStatus, plan: Plan) -> None:
-    """Tell Kueue's waitForPodsReady whether the admitted group runs."""
-    if obs.kueue is None or obs.admission is None or plan.workload_write is not None:
-        return
-    admitted = [w for w in obs.kueue.workloads if kueue.admission_of(w, obs.kueue.flavors) is not None]
-    if admitted:
-        running = status.get("phase") == c.RUNNING
-        plan.workload_write = kueue.pods_ready(admitted[0], running, status["attempt"] > 0, obs.now)
-
-
 def _new_group(
     obs: Observed, spec: JobSpec, status: JobStatus, plan: Plan, size: int, reason: str, message: str
 ) -> JobStatus:
     """A new attempt of `size` pods that is not a failure: attempt moves, restarts (the budget) does not. Its pods
     stop on SIGTERM, which makes the trainer write a checkpoint; the new group resumes from it."""
-    out = _sized(c.enter_phase(status, c.RESTARTING, reason, message, obs.now), spec, size)
+    out = sized(c.enter_phase(status, c.RESTARTING, reason, message, obs.now), spec, size)
     out["attempt"] = status["attempt"] + 1
-    _start_no_sooner(out, obs.now)
+    start_no_sooner(out, obs.now)
     out.setdefault("restartingSince", format_time(obs.now))
     plan.event(NORMAL, reason, message)
     plan.observe("group_restarts", reason=reason)
@@ -476,13 +354,13 @@ def _placement_timeout(
         return None
     if verdict.action == placement_timeout.PLACED_TO_FIT:
         return _new_group(obs, spec, status, plan, verdict.size, verdict.action, verdict.message)
-    out = _sized(c.enter_phase(status, c.PENDING, verdict.action, verdict.message, obs.now), spec, verdict.size)
+    out = sized(c.enter_phase(status, c.PENDING, verdict.action, verdict.message, obs.now), spec, verdict.size)
     out.update({"attempt": status["attempt"] + 1, "reason": verdict.action})
     out["placementTimeouts"] = status.get("placementTimeouts", 0) + 1
     out["conditions"] = c.set_condition(
         out.get("conditions") or [], placement_verdict.PLACED, "False", verdict.action, verdict.message, obs.now
     )
-    _start_no_sooner(out, obs.now, verdict.delay)
+    start_no_sooner(out, obs.now, verdict.delay)
     plan.event(WARNING, verdict.action, verdict.message)
     plan.requeue(0)
     return out
@@ -628,7 +506,7 @@ def _failure_policy(
         message += f" (budgets reset: the attempt ran healthy for over {spec.run_policy.healthy_reset_seconds}s)"
     if size != status["replicas"]:
         message += f"; the new group has {size} pods (room for {obs.capacity}), of {spec.replicas} desired"
-    out = _sized(c.enter_phase(status, c.RESTARTING, decision.reason, message, obs.now), spec, size)
+    out = sized(c.enter_phase(status, c.RESTARTING, decision.reason, message, obs.now), spec, size)
     if spec.elastic is not None:
         resize_policy.remember_taken_back(out, cause.kind, status["replicas"], obs.now, spec.elastic)
     # The backoff grows with the failures of this class: a preemption storm does not slow a trainer bug's retries
@@ -645,7 +523,7 @@ def _failure_policy(
         }
     )
     out.setdefault("restartingSince", format_time(obs.now))
-    _start_no_sooner(out, obs.now, delay)
+    start_no_sooner(out, obs.now, delay)
     plan.event(WARNING, "Restarting", message)
     plan.observe("group_restarts", reason=decision.reason)
     plan.requeue(0)
@@ -655,7 +533,7 @@ def _failure_policy(
 def _fail(obs: Observed, status: JobStatus, plan: Plan, reason: str, message: str) -> JobStatus:
     out = c.enter_phase(status, c.FAILED, reason, message, obs.now)
     out["completionTime"] = format_time(obs.now)
-    _drop_restart_clock(out)
+    drop_restart_clock(out)
     plan.event(WARNING, reason, message)
     plan.observe("jobs_failed")
     plan.requeue(0)
@@ -671,7 +549,7 @@ def _success_policy(obs: Observed, status: JobStatus, pods: SortedPods, plan: Pl
     out = c.enter_phase(status, c.SUCCEEDED, "Succeeded", message, obs.now)
     out.update({"completionTime": format_time(obs.now), "readyReplicas": 0, "readyText": f"0/{replicas}"})
     final_progress(obs.now, out, pods.current.get(0))
-    _drop_restart_clock(out)
+    drop_restart_clock(out)
     plan.event(NORMAL, "Succeeded", message)
     plan.observe("jobs_succeeded")
     plan.requeue(0)
