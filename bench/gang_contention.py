@@ -25,7 +25,7 @@ from ddpjob_operator.api import LABEL_JOB_NAME
 from latency_stats import percentile
 from machine import describe_machine
 from progress_lines import say
-from scale_run import Party, create_namespace, ddpjob, delete_namespace
+from scale_run import Party, create_namespace, ddpjob, delete_namespace, succeed_pod
 
 POD_GPUS = 8
 PODS_PER_JOB = 4
@@ -79,25 +79,7 @@ def run_mode(cluster: BenchCluster, api: client.ApiClient, gang: str, a: argpars
                 all_running_at.setdefault(job, now)
                 if now - all_running_at[job] >= a.run_seconds:
                     for pod in running:  # the job ran: its pods succeed
-                        core.patch_namespaced_pod_status(
-                            pod.metadata.name,
-                            namespace,
-                            {
-                                "status": {
-                                    "phase": "Succeeded",
-                                    "containerStatuses": [
-                                        {
-                                            "name": "trainer",
-                                            "ready": False,
-                                            "restartCount": 0,
-                                            "image": "x",
-                                            "imageID": "",
-                                            "state": {"terminated": {"exitCode": 0, "reason": "Completed"}},
-                                        }
-                                    ],
-                                }
-                            },
-                        )
+                        succeed_pod(core, namespace, pod.metadata.name)
                     done.add(job)
             elif len(bound) < PODS_PER_JOB:  # a partial group: its GPUs wait for pods that have no room
                 held_idle += POD_GPUS * len(bound)

@@ -28,7 +28,7 @@ from bench_cluster import ROOT, BenchCluster
 from latency_stats import percentile
 from machine import describe_machine
 from progress_lines import say
-from scale_run import Party, create_namespace, ddpjob
+from scale_run import Party, create_namespace, ddpjob, succeed_pod
 
 PODS, GPUS = 2, 8
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
@@ -96,28 +96,6 @@ def queued_ddpjob(name: str) -> dict:
     return job
 
 
-def succeed(core: client.CoreV1Api, namespace: str, pod: str) -> None:
-    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    patch = {
-        "status": {
-            "phase": "Succeeded",
-            "containerStatuses": [
-                {
-                    "name": "trainer",
-                    "ready": False,
-                    "restartCount": 0,
-                    "image": "bench/ddp-trainer:none",
-                    "imageID": "",
-                    "state": {
-                        "terminated": {"exitCode": 0, "reason": "Completed", "startedAt": now, "finishedAt": now}
-                    },
-                }
-            ],
-        }
-    }
-    core.patch_namespaced_pod_status(pod, namespace, patch)
-
-
 def run_case(cluster: BenchCluster, api: client.ApiClient, party_name: str, a, log_dir: Path) -> dict:
     core, custom, batch = client.CoreV1Api(api), client.CustomObjectsApi(api), client.BatchV1Api(api)
     namespace = f"bench-kq-{party_name}"
@@ -156,7 +134,7 @@ def run_case(cluster: BenchCluster, api: client.ApiClient, party_name: str, a, l
                 started[job] = now
             if job in started and job not in ended and now - started[job] >= a.run_seconds:
                 for pod in pods:
-                    succeed(core, namespace, pod)
+                    succeed_pod(core, namespace, pod)
                 ended[job] = time.monotonic()  # the quota frees from here: its pods have ended
         if now >= next_line:
             say(f"  {party_name}: {len(started)} started, {len(ended)} ended, {now - submitted:.0f}s")

@@ -54,6 +54,23 @@ def ddpjob(name: str, pods: int, gpus: int = 1) -> dict:
     }
 
 
+def succeed_pod(core: client.CoreV1Api, namespace: str, pod: str) -> None:
+    """The simulated trainer exits 0: the pod's status says so, as a kubelet's would (kwok runs nothing)."""
+    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    terminated = {"exitCode": 0, "reason": "Completed", "startedAt": now, "finishedAt": now}
+    container = {
+        "name": "trainer",
+        "ready": False,
+        "restartCount": 0,
+        "image": "bench/ddp-trainer:none",
+        "imageID": "",
+        "state": {"terminated": terminated},
+    }
+    core.patch_namespaced_pod_status(
+        pod, namespace, {"status": {"phase": "Succeeded", "containerStatuses": [container]}}
+    )
+
+
 @dataclass
 class RunResult:
     party: str

@@ -117,16 +117,8 @@ up() {
   log "Kueue manager not ready after 60s"; tail -20 "$dir/logs/kueue.log" >&2; exit 1
 }
 
-down() {
-  local f="$dir/pids/kueue.pid"
-  [[ -f "$f" ]] || return 0
-  local pid; pid=$(cat "$f")
-  if kill -0 "$pid" 2>/dev/null; then
-    kill -TERM "$pid" 2>/dev/null || true
-    for _ in $(seq 1 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-    kill -KILL "$pid" 2>/dev/null || true
-  fi
-  rm -f "$f"
+down() { # the same stop as the cluster's components: TERM, 5 s, KILL; its pid file is removed
+  CLUSTER_DIR="$dir" bash "$root/hack/cluster.sh" stop kueue
 }
 
 case ${1:-} in

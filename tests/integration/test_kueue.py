@@ -16,7 +16,7 @@ import pytest
 from kubernetes import client
 
 from support.cluster import delete_namespace, wait_until
-from support.nodes import create_spare_node, delete_node, node_ready
+from support.nodes import NodePool
 from support.operator import ROOT, OperatorProcess
 
 from ddpjob_manifests import ddpjob
@@ -77,21 +77,9 @@ def kube(cluster, ns) -> Kube:
 @pytest.fixture
 def nodes(kube_api, ns):
     """nodes(n, **labels) -> names: kwok nodes of this test's pool (label pool=<namespace>), 8 GPUs each."""
-    core = client.CoreV1Api(kube_api)
-    made: list[str] = []
-
-    def make(n: int, **labels: str) -> list[str]:
-        names = [f"{ns}-{len(made) + i}"[-63:].lstrip("-") for i in range(n)]
-        for name in names:
-            create_spare_node(core, name, labels={"pool": ns, **labels})
-            made.append(name)
-        for name in names:
-            wait_until(lambda name=name: node_ready(core, name), timeout=60, what=f"node {name} Ready")
-        return names
-
-    yield make
-    for name in made:
-        delete_node(core, name)
+    pool = NodePool(client.CoreV1Api(kube_api), ns)
+    yield pool
+    pool.delete()
 
 
 def queue(kube: Kube, ns: str, gpus: int, node_labels: dict[str, str] | None = None,

@@ -13,7 +13,7 @@ import pytest
 from kubernetes import client
 
 from support.cluster import wait_until
-from support.nodes import bring_node_up, create_spare_node, delete_node, node_ready, take_node_down
+from support.nodes import NodePool, bring_node_up, take_node_down
 
 from ddpjob_manifests import ddpjob
 
@@ -23,21 +23,9 @@ PLACED_WITHIN = 60  # seconds: scheduler backoff plus a reconcile; generous for 
 @pytest.fixture
 def pool(kube_api, op_namespace):
     """Make nodes of this test's own: pool(n) -> their names, all Ready, 8 GPUs each."""
-    core = client.CoreV1Api(kube_api)
-    made: list[str] = []
-
-    def make(n: int) -> list[str]:
-        names = [f"{op_namespace}-{i}"[-63:].lstrip("-") for i in range(len(made), len(made) + n)]
-        for name in names:
-            create_spare_node(core, name, labels={"pool": op_namespace})
-            made.append(name)
-        for name in names:
-            wait_until(lambda name=name: node_ready(core, name), timeout=60, what=f"node {name} Ready")
-        return names
-
-    yield make
-    for name in made:
-        delete_node(core, name)
+    nodes = NodePool(client.CoreV1Api(kube_api), op_namespace)
+    yield nodes
+    nodes.delete()
 
 
 def in_pool(manifest: dict, pool_label: str) -> dict:

@@ -8,6 +8,8 @@ import time
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from support.cluster import wait_until
+
 
 def _now() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
@@ -70,3 +72,24 @@ def delete_node(core: client.CoreV1Api, name: str) -> None:
     except ApiException as exc:
         if exc.status != 404:
             raise
+
+
+class NodePool:
+    """kwok nodes of one test's own, labelled pool=<name> (plus any labels given), 8 GPUs each:
+    pool(n, **labels) makes n of them and waits until they are Ready; delete() removes them all."""
+
+    def __init__(self, core: client.CoreV1Api, name: str):
+        self.core, self.name, self.made = core, name, []
+
+    def __call__(self, n: int, **labels: str) -> list[str]:
+        names = [f"{self.name}-{i}"[-63:].lstrip("-") for i in range(len(self.made), len(self.made) + n)]
+        for name in names:
+            create_spare_node(self.core, name, labels={"pool": self.name, **labels})
+            self.made.append(name)
+        for name in names:
+            wait_until(lambda name=name: node_ready(self.core, name), timeout=60, what=f"node {name} Ready")
+        return names
+
+    def delete(self) -> None:
+        for name in self.made:
+            delete_node(self.core, name)

@@ -231,16 +231,14 @@ class PlanApplier:
             log.info("created PodGroup", extra={"job": f"{key[0]}/{key[1]}", "podgroup": body["metadata"]["name"]})
 
     def _delete_podgroup(self, key: tuple[str, str], name: str) -> None:
+        self._delete_custom(gang.GROUP, gang.VERSION, key[0], gang.PLURAL, name)
+
+    def _delete_custom(self, group: str, version: str, namespace: str, plural: str, name: str) -> None:
+        """Delete a namespaced custom object; already gone is done."""
         try:
             drained(
                 self.custom.delete_namespaced_custom_object(
-                    gang.GROUP,
-                    gang.VERSION,
-                    key[0],
-                    gang.PLURAL,
-                    name,
-                    _preload_content=False,
-                    _request_timeout=REQUEST_TIMEOUT,
+                    group, version, namespace, plural, name, _preload_content=False, _request_timeout=REQUEST_TIMEOUT
                 )
             )
         except ApiException as exc:
@@ -261,21 +259,7 @@ class PlanApplier:
                     "created Workload %s (queue %s)", body["metadata"]["name"], body["spec"]["queueName"], extra=fields
                 )
         for name in plan.delete_workloads:
-            try:
-                drained(
-                    self.custom.delete_namespaced_custom_object(
-                        kueue.GROUP,
-                        kueue.VERSION,
-                        key[0],
-                        kueue.WORKLOADS,
-                        name,
-                        _preload_content=False,
-                        _request_timeout=REQUEST_TIMEOUT,
-                    )
-                )
-            except ApiException as exc:
-                if status_of(exc) != 404:
-                    raise
+            self._delete_custom(kueue.GROUP, kueue.VERSION, key[0], kueue.WORKLOADS, name)
         write = plan.workload_write
         if write is None:
             return

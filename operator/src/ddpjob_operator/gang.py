@@ -17,9 +17,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from kubernetes import client
-from kubernetes.client.exceptions import ApiException
 
-from . import api
+from . import api, kube
 
 log = logging.getLogger("ddpjob.gang")
 
@@ -37,13 +36,7 @@ OWN_SCHEDULER = "OwnScheduler"
 
 def served(api_client: client.ApiClient) -> bool:
     """Whether the API server serves PodGroups (discovery; one request at start)."""
-    try:
-        resources = client.CustomObjectsApi(api_client).get_api_resources(GROUP, VERSION)
-    except ApiException as exc:
-        if exc.status == 404:
-            return False
-        raise
-    return any(r.name == PLURAL for r in (resources.resources or []))
+    return kube.serves(api_client, GROUP, VERSION, PLURAL)
 
 
 def podgroup_name(job: str, attempt: int) -> str:

@@ -37,3 +37,14 @@ def reason_of(exc: ApiException) -> str:
         return json.loads(exc.body).get("message", "") or str(exc.reason)
     except (TypeError, ValueError):
         return str(exc.reason)
+
+
+def serves(api_client_: client.ApiClient, group: str, version: str, plural: str) -> bool:
+    """Whether the API server serves `plural` in group/version (one discovery request)."""
+    try:
+        resources = client.CustomObjectsApi(api_client_).get_api_resources(group, version)
+    except ApiException as exc:
+        if exc.status == 404:
+            return False
+        raise
+    return any(r.name == plural for r in (resources.resources or []))

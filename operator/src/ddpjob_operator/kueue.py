@@ -24,9 +24,8 @@ from datetime import datetime
 from typing import Any
 
 from kubernetes import client
-from kubernetes.client.exceptions import ApiException
 
-from . import api
+from . import api, kube
 from . import conditions as c
 
 GROUP = "kueue.x-k8s.io"
@@ -56,13 +55,7 @@ ADMITTED_REASON = "Admitted"
 
 def served(api_client: client.ApiClient) -> bool:
     """Whether the API server serves Kueue's Workloads (discovery; one request at start)."""
-    try:
-        resources = client.CustomObjectsApi(api_client).get_api_resources(GROUP, VERSION)
-    except ApiException as exc:
-        if exc.status == 404:
-            return False
-        raise
-    return any(r.name == WORKLOADS for r in (resources.resources or []))
+    return kube.serves(api_client, GROUP, VERSION, WORKLOADS)
 
 
 def slim_workload(body: Mapping[str, Any]) -> dict[str, Any]:
