@@ -14,7 +14,6 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Any
 
 from kubernetes import client
@@ -98,36 +97,3 @@ def slim_podgroup(body: Mapping[str, Any]) -> dict[str, Any]:
         "spec": dict(body.get("spec") or {}),
         "status": {"conditions": conditions},
     }
-
-
-# A gang scheduler binds every member of a gang or none. Members bound while another is refused, for this long,
-# mean that this cluster's scheduler does not enforce gangs even though the API server serves PodGroups (a
-# scheduler without the GangScheduling feature gate, or a second scheduler in front of the default one).
-NOT_ENFORCED_AFTER_SECONDS = 15.0
-
-
-def not_enforced(
-    pods: list[dict[str, Any]], unplaced_since: datetime | None, now: datetime
-) -> tuple[str | None, float | None]:
-    """(evidence that the gang of these pods, one attempt's, is not enforced, or None; seconds until it could be
-    judged, or None). `unplaced_since`: since when the attempt has a refused pod (status.unplacedSince)."""
-    bound = [p for p in pods if (p.get("spec") or {}).get("nodeName")]
-    refused = [p for p in pods if not (p.get("spec") or {}).get("nodeName") and _refused(p)]
-    if not bound or not refused or unplaced_since is None:
-        return None, None
-    left = NOT_ENFORCED_AFTER_SECONDS - (now - unplaced_since).total_seconds()
-    if left > 0:
-        return None, left
-    message = (
-        f"the scheduler bound {len(bound)} of the gang's {len(pods)} pods and refused the rest for "
-        f"{NOT_ENFORCED_AFTER_SECONDS:g}s: it does not enforce gang scheduling (is its GangScheduling feature gate "
-        "on?); placing pods one by one from now on"
-    )
-    return message, None
-
-
-def _refused(pod: Mapping[str, Any]) -> bool:
-    return any(
-        c.get("type") == "PodScheduled" and c.get("status") == "False" and c.get("reason") == "Unschedulable"
-        for c in (pod.get("status") or {}).get("conditions") or []
-    )

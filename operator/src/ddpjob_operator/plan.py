@@ -93,8 +93,6 @@ class Plan:
     create_workload: dict[str, Any] | None = None  # Kueue's Workload for the job (kueue.py)
     delete_workloads: list[str] = field(default_factory=list)  # Workloads of an earlier shape
     workload_write: WorkloadWrite | None = None  # a status update of the job's Workload
-    # The scheduler was seen not to enforce a gang (gang.not_enforced): the operator stops using PodGroups.
-    gang_not_enforced: str | None = None
     create_pods: list[dict[str, Any]] = field(default_factory=list)
     status: JobStatus | None = None  # None: nothing changed, write nothing
     # The pass that creates pods writes no status: the pass that sees them (usually Running) writes it once, so

@@ -238,7 +238,6 @@ def _plan_steps(
     _readiness(obs, settings, spec, status, pods, plan, launched_now)
     kueue_step.pods_ready(obs, status, plan)
     placement_verdict.show(obs, status, list(pods.current.values()), plan)
-    _gang_enforced(obs, status, pods, plan)
     return status
 
 
@@ -555,23 +554,6 @@ def _success_policy(obs: Observed, status: JobStatus, pods: SortedPods, plan: Pl
     plan.observe("jobs_succeeded")
     plan.requeue(0)
     return out
-
-
-def _gang_enforced(obs: Observed, status: JobStatus, pods: SortedPods, plan: Plan) -> None:
-    """A PodGroup API served by the API server is no proof that the scheduler enforces it: a gang seen partly
-    bound says it does not. Then the job, and every later attempt of every job, is placed pod by pod (with the
-    placement timeout), and status says so: never `Gang` where the scheduler does not gang-schedule."""
-    if status.get("placement") != gang.GANG or status.get("unplacedAttempt") != status["attempt"]:
-        return
-    since = parse_time(status.get("unplacedSince"))
-    message, wait = gang.not_enforced(list(pods.current.values()), since, obs.now)
-    if wait is not None:
-        plan.requeue(wait)
-    if message is None:
-        return
-    plan.gang_not_enforced = message
-    status["placement"] = gang.POD_BY_POD
-    plan.event(WARNING, "GangNotEnforced", message)
 
 
 # --- 6. create ------------------------------------------------------------------------------------------------

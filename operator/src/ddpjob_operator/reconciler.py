@@ -161,11 +161,6 @@ class Reconciler:
         if result.conflict:
             log.debug("status conflict; re-reading", extra=fields)
             return CONFLICT_RETRY_SECONDS
-        if plan.gang_not_enforced and result.status_written and self.cache.gang_enforced:
-            self.cache.gang_enforced = False
-            log.warning(
-                "%s (PodGroups are no longer used by this operator process)", plan.gang_not_enforced, extra=fields
-            )
         if result.status_written:
             for observation in plan.observations:
                 metrics.record(observation)

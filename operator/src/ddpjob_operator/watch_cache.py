@@ -187,9 +187,6 @@ class WatchCache:
         self.namespaces = namespaces if namespaces is not None else {}  # name -> [terminating?]
         # (ns, job-name label) -> [Workload], flavor name -> [spec], PriorityClass name -> [value]; None: no Kueue
         self.kueue = kueue
-        # False once a gang was seen partly bound (gang.not_enforced): the scheduler does not enforce PodGroups,
-        # whatever the API server serves. Learnt again after a restart.
-        self.gang_enforced = True
         self._room_cache: tuple[int, list[NodeRoom], dict[str, Requests], list[Any]] | None = None
         self.clock = clock
         self.learnt_terminating: dict[str, float] = {}  # namespace -> when the API server said so
@@ -328,7 +325,7 @@ class WatchCache:
             service_exists=SERVICE in kinds,
             now=now,
             network_policy_exists=not wants_policy or NETWORK_POLICY in kinds,
-            gang=self.podgroups is not None and self.gang_enforced,
+            gang=self.podgroups is not None,
             podgroups=podgroups,
             foreign_podgroups=foreign_podgroups,
             foreign_pods=foreign,
