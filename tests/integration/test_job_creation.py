@@ -83,7 +83,7 @@ def test_kubectl_get_shows_the_columns(kube, operator):
     assert lines[0].split() == ["NAME", "PHASE", "SIZE", "READY", "RESTARTS", "DISRUPTIONS", "WORLDSIZE", "REASON", "AGE"]
     assert lines[1].split()[:8] == ["cols", "Running", "2/2", "2/2", "0", "0", "2", "AllPodsRunning"]
     wide = kube("get", "ddpj", "-o", "wide").stdout.splitlines()[0].split()
-    assert wide[-3:] == ["STEP", "ATTEMPT", "PLACEMENT"]
+    assert wide[-4:] == ["STEP", "ATTEMPT", "QUEUE", "PLACEMENT"]
 
 
 def test_scale_subresource_reads_replicas_and_selector(kube, operator):
