@@ -223,9 +223,13 @@ def user_loop_job(steps: int, deadline: int) -> dict:
 def step_column(cluster, namespace: str, job: str) -> int | None:
     """The STEP column of `kubectl get ddpj -o wide`, as a user reads it."""
     lines = cluster.kubectl("-n", namespace, "get", "ddpj", job, "-o", "wide").stdout.splitlines()
-    header, row = lines[0].split(), lines[1].split()
-    value = row[header.index("STEP")] if len(row) == len(header) else None
-    return int(value) if value and value.isdigit() else None
+    header, row = lines[0], lines[1]
+    # By position, as an eye reads it: a blank cell (QUEUE, for a job Kueue does not govern) would shift a split.
+    start = header.index("STEP")
+    end = start + len(header[start:].split()[0])
+    end += len(header[end:]) - len(header[end:].lstrip())
+    value = row[start:end].strip()
+    return int(value) if value.isdigit() else None
 
 
 def test_a_users_own_loop_reports_progress_and_a_stopped_rank_is_found_by_the_deadline(
