@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import pytest
 
 from ddpjob_operator import failures as f
@@ -50,6 +52,17 @@ def test_trainer_container_exit_code_preferred_over_sidecar():
         {"name": "trainer", "state": {"terminated": {"exitCode": 3, "message": "boom"}}}]}
     failure = f.classify_pod_failure(pod, NODES, NOW, 30)
     assert (failure.exit_code, failure.message) == (3, "boom")
+
+
+def test_a_peer_that_stopped_on_request_is_never_the_root_cause_of_a_deletion():
+    """kubectl delete pod worker-1: every rank stops together, checkpoint written, and worker-0 exits 143 before
+    the kubelet finishes worker-1 (whose deletion time then moves past it). The deletion is the cause: a platform
+    failure, not the trainer's (the e2e delete-pod test saw worker-0's 143 chosen)."""
+    stopped = f.Failure(pod="a-worker-0", kind=f.SIGNAL, exit_code=143, at=NOW - timedelta(seconds=5))
+    deleted = f.Failure(pod="a-worker-1", kind=f.DELETED, reason="Terminating", at=NOW)
+    assert f.root_cause([stopped, deleted]) is deleted
+    crashed = f.Failure(pod="a-worker-0", kind=f.SIGNAL, exit_code=137, at=NOW - timedelta(seconds=5))
+    assert f.root_cause([crashed, deleted]) is crashed  # an OOM kill is a cause of its own
 
 
 def test_root_cause_is_the_earliest_failure():

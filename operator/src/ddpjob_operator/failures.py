@@ -274,12 +274,24 @@ def _trim(text: str) -> str:
     return text if len(text) <= MESSAGE_LIMIT else text[: MESSAGE_LIMIT - 3] + "..."
 
 
+# 128 + SIGTERM: a process that stopped because it was asked to (the trainer's own "preempted, checkpoint written"
+# exit, or torchrun passing on a SIGTERM). It is the answer to a cause, never the cause itself.
+STOPPED_ON_REQUEST = 143
+
+
 def root_cause(failures: list[Failure]) -> Failure:
-    """A lost node or an eviction first, then the earliest failure: the others are usually peers noticing that a
-    rank died (a gloo or NCCL connection reset is reported before the node's loss is, which needs its grace)."""
+    """A lost node or an eviction first; then anything but a stop on request (exit 143); then the earliest. The
+    others are usually peers noticing that a rank died (a gloo or NCCL connection reset is reported before the
+    node's loss is, which needs its grace), or ranks that stopped together, checkpoint written, when one pod got
+    SIGTERM: its deletion's time is when the kubelet finished it, which can be after its peers' exits."""
     return min(
         failures,
-        key=lambda f: (f.kind not in (NODE_LOST, EVICTED), f.at.timestamp() if f.at else float("inf"), _index(f.pod)),
+        key=lambda f: (
+            f.kind not in (NODE_LOST, EVICTED),
+            f.exit_code == STOPPED_ON_REQUEST,
+            f.at.timestamp() if f.at else float("inf"),
+            _index(f.pod),
+        ),
     )
 
 
