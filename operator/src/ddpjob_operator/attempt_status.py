@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
+from . import conditions as c
+from .plan import Observed, Plan
 from .spec import JobSpec
 from .status import JobStatus
 from .timefmt import format_time
@@ -40,3 +42,18 @@ def drop_restart_clock(status: JobStatus) -> None:
 def start_no_sooner(status: JobStatus, now: datetime, delay: float = 0.0) -> None:
     """Set when the pods of the new attempt may be created: after the backoff, and never in the same moment."""
     status["nextAttemptTime"] = format_time(now + timedelta(seconds=max(delay, RECREATE_QUIET_SECONDS)))
+
+
+def new_group(
+    obs: Observed, spec: JobSpec, status: JobStatus, plan: Plan, size: int, reason: str, message: str
+) -> JobStatus:
+    """A new attempt of `size` pods that is not a failure: attempt moves, restarts (the budget) does not. Its pods
+    stop on SIGTERM, which makes the trainer write a checkpoint; the new group resumes from it."""
+    out = sized(c.enter_phase(status, c.RESTARTING, reason, message, obs.now), spec, size)
+    out["attempt"] = status["attempt"] + 1
+    start_no_sooner(out, obs.now)
+    out.setdefault("restartingSince", format_time(obs.now))
+    plan.event("Normal", reason, message)
+    plan.observe("group_restarts", reason=reason)
+    plan.requeue(0)
+    return out

@@ -33,14 +33,14 @@ from . import (
     kueue,
     kueue_step,
     ownership,
-    placement_timeout,
+    placement_steps,
     placement_verdict,
     pod_rejection,
     resize_policy,
     termination,
 )
 from . import conditions as c
-from .attempt_status import drop_restart_clock, sized, start_no_sooner
+from .attempt_status import drop_restart_clock, new_group, sized, start_no_sooner
 from .builders import JobRef, build_network_policy, build_podgroup, build_service, build_worker_pod
 from .capacity import GROW, SHRINK, size_to_start
 from .no_progress import (
@@ -51,6 +51,7 @@ from .no_progress import (
     show_progress_unknown,
     trainer_ready,
 )
+from .placement_steps import running as is_running
 from .plan import Observed, Plan
 from .progress import metrics_url
 from .restart_policy import RESTART, RestartBudget, backoff_seconds, decide_restart
@@ -219,10 +220,10 @@ def _plan_steps(
     new_status = _success_policy(obs, status, pods, plan)
     if new_status is not None:
         return new_status
-    new_status = _placement_timeout(obs, spec, status, pods, plan)
+    new_status = placement_steps.placement_timeout(obs, spec, status, list(pods.current.values()), plan)
     if new_status is not None:
         return new_status
-    new_status = _resize_to_capacity(obs, spec, status, pods, plan)
+    new_status = placement_steps.resize_to_capacity(obs, spec, status, list(pods.current.values()), plan)
     if new_status is not None:
         return new_status
 
@@ -252,7 +253,7 @@ def _finish(obs: Observed, spec: JobSpec, status: JobStatus, pods: SortedPods, p
         finished = (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
         if pod in pods.stale or policy == "All" or (policy == "Running" and not finished):
             plan.delete_pods.append(pod["metadata"]["name"])
-    running = sum(1 for p in pods.current.values() if _running(p))
+    running = sum(1 for p in pods.current.values() if is_running(p))
     status["readyReplicas"] = running
     status["readyText"] = f"{running}/{status['replicas']}"
     ttl = spec.run_policy.ttl_seconds_after_finished
@@ -317,86 +318,7 @@ def _rescale(obs: Observed, spec: JobSpec, status: JobStatus, plan: Plan) -> Job
         f"replicas {status['desiredReplicas']} -> {spec.replicas}: restarting the group as attempt "
         f"{status['attempt'] + 1} with {size} pods"
     )
-    return _new_group(obs, spec, status, plan, size, "Rescaled", message)
-
-
-def _new_group(
-    obs: Observed, spec: JobSpec, status: JobStatus, plan: Plan, size: int, reason: str, message: str
-) -> JobStatus:
-    """A new attempt of `size` pods that is not a failure: attempt moves, restarts (the budget) does not. Its pods
-    stop on SIGTERM, which makes the trainer write a checkpoint; the new group resumes from it."""
-    out = sized(c.enter_phase(status, c.RESTARTING, reason, message, obs.now), spec, size)
-    out["attempt"] = status["attempt"] + 1
-    start_no_sooner(out, obs.now)
-    out.setdefault("restartingSince", format_time(obs.now))
-    plan.event(NORMAL, reason, message)
-    plan.observe("group_restarts", reason=reason)
-    plan.requeue(0)
-    return out
-
-
-def _placement_timeout(
-    obs: Observed, spec: JobSpec, status: JobStatus, pods: SortedPods, plan: Plan
-) -> JobStatus | None:
-    """Placed pod by pod and not all placed in time: continue at what is placed, or release it (never a failure;
-    placement_timeout.py)."""
-    verdict, wait = placement_timeout.decide(
-        status=status,
-        pods=list(pods.current.values()),
-        timeout_seconds=spec.run_policy.placement_timeout_seconds,
-        minimum=spec.elastic.min_replicas if spec.elastic else None,
-        job_uid=obs.job["metadata"]["uid"],
-        now=obs.now,
-    )
-    if wait is not None:
-        plan.requeue(wait)
-    if verdict is None:
-        return None
-    if verdict.action == placement_timeout.PLACED_TO_FIT:
-        return _new_group(obs, spec, status, plan, verdict.size, verdict.action, verdict.message)
-    out = sized(c.enter_phase(status, c.PENDING, verdict.action, verdict.message, obs.now), spec, verdict.size)
-    out.update({"attempt": status["attempt"] + 1, "reason": verdict.action})
-    out["placementTimeouts"] = status.get("placementTimeouts", 0) + 1
-    out["conditions"] = c.set_condition(
-        out.get("conditions") or [], placement_verdict.PLACED, "False", verdict.action, verdict.message, obs.now
-    )
-    start_no_sooner(out, obs.now, verdict.delay)
-    plan.event(WARNING, verdict.action, verdict.message)
-    plan.requeue(0)
-    return out
-
-
-def _resize_to_capacity(
-    obs: Observed, spec: JobSpec, status: JobStatus, pods: SortedPods, plan: Plan
-) -> JobStatus | None:
-    """An elastic job whose pods all exist: shrink when its gang truly cannot be placed, grow when room returned
-    and the current group runs (resize_policy.py)."""
-    if spec.elastic is None or obs.capacity is None or status.get("launchedAttempt") != status["attempt"]:
-        return None
-    if status.get("phase") not in (c.RUNNING, c.PENDING) or len(pods.current) < status["replicas"]:
-        return None
-    verdict = placement_verdict.unschedulable(obs, status, list(pods.current.values()))
-    pending = [p for p in pods.current.values() if not (p.get("spec") or {}).get("nodeName")]
-    unschedulable = False
-    if verdict is not None and resize_policy.real_unschedulable(verdict, pending):
-        left = resize_policy.grace_left(status, obs.now, spec.elastic.unschedulable_grace_seconds)
-        if left > 0:
-            plan.requeue(left)  # the scheduler may still place it (a node coming up, a pod going away)
-        unschedulable = left <= 0
-    decision = resize_policy.decide(
-        status=status,
-        desired=spec.replicas,
-        minimum=spec.elastic.min_replicas,
-        fits=obs.capacity,
-        unschedulable=unschedulable,
-        running=all(_running(p) for p in pods.current.values()),
-        now=obs.now,
-    )
-    if decision is None or decision.size == status["replicas"]:
-        return None
-    out = _new_group(obs, spec, status, plan, decision.size, decision.reason, decision.message)
-    resize_policy.remember(out, decision, status["replicas"], obs.now, spec.elastic.resize_cooldown_seconds)
-    return out
+    return new_group(obs, spec, status, plan, size, "Rescaled", message)
 
 
 # --- 5. failure and success -----------------------------------------------------------------------------------
@@ -624,7 +546,7 @@ def _launched(obs: Observed, settings: PlannerSettings, status: JobStatus, pods:
     if status.get("launchedAttempt") == attempt:
         return False
     current = list(pods.current.values())
-    all_running = all(_running(p) for p in current)
+    all_running = all(is_running(p) for p in current)
     created = [t for t in (parse_time(p["metadata"].get("creationTimestamp")) for p in current) if t is not None]
     if not all_running and created:
         wait = settings.launch_settle_seconds - (obs.now - max(created)).total_seconds()
@@ -642,10 +564,6 @@ def _launched(obs: Observed, settings: PlannerSettings, status: JobStatus, pods:
 
 
 # --- 7. readiness ---------------------------------------------------------------------------------------------
-def _running(pod: dict[str, Any]) -> bool:
-    return (pod.get("status") or {}).get("phase") == "Running" and not pod["metadata"].get("deletionTimestamp")
-
-
 def _readiness(
     obs: Observed,
     settings: PlannerSettings,
@@ -656,7 +574,7 @@ def _readiness(
     launched_now: bool,
 ) -> None:
     replicas = status["replicas"]
-    running = sum(1 for p in pods.current.values() if _running(p))
+    running = sum(1 for p in pods.current.values() if is_running(p))
     status.update(
         {"readyReplicas": running, "readyText": f"{running}/{replicas}", "worldSize": replicas * spec.procs_per_pod}
     )
