@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import uuid
 
 import pytest
 from kubernetes import client
 
+from support import kueue as kueue_support
 from support.cluster import delete_namespace, wait_until
+from support.kueue import QUEUE_LABEL, condition, is_queued
 from support.nodes import NodePool
 from support.operator import ROOT, OperatorProcess
 
@@ -30,12 +31,7 @@ PODS_READY_TIMEOUT = "20s"
 
 @pytest.fixture(scope="module")
 def kueue(cluster):
-    env = {**os.environ, "KUEUE_PODS_READY_TIMEOUT": PODS_READY_TIMEOUT}
-    done = subprocess.run(["bash", str(ROOT / "hack" / "kueue.sh"), "up"], env=env, capture_output=True, text=True,
-                          timeout=300)
-    assert done.returncode == 0, done.stdout + done.stderr
-    served = cluster.kubectl("api-resources", "--api-group=kueue.x-k8s.io", "-o", "name").stdout
-    assert "workloads.kueue.x-k8s.io" in served
+    kueue_support.start(cluster, PODS_READY_TIMEOUT)
 
 
 @pytest.fixture(scope="module")
@@ -65,8 +61,7 @@ def ns(cluster, kq_operator, request):
         return
     cluster.kubectl("-n", name, "delete", "ddpjobs", "--all", "--wait=true", "--timeout=30s", check=False)
     delete_namespace(cluster, name)
-    for kind in ("clusterqueue", "resourceflavor"):
-        cluster.kubectl("delete", kind, name, "--wait=false", check=False)
+    kueue_support.delete_queues(cluster, name)
 
 
 @pytest.fixture
@@ -85,28 +80,13 @@ def nodes(kube_api, ns):
 def queue(kube: Kube, ns: str, gpus: int, node_labels: dict[str, str] | None = None,
           preemption: dict | None = None) -> None:
     """A ResourceFlavor (the pool's nodes), a ClusterQueue of `gpus` GPUs of it, and LocalQueue `q` in ns."""
-    labels = {"pool": ns, **(node_labels or {})}
-    cq: dict = {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ClusterQueue", "metadata": {"name": ns},
-                "spec": {"namespaceSelector": {}, "queueingStrategy": "StrictFIFO",
-                         "resourceGroups": [{"coveredResources": ["nvidia.com/gpu"], "flavors": [
-                             {"name": ns, "resources": [{"name": "nvidia.com/gpu", "nominalQuota": gpus}]}]}]}}
-    if preemption:
-        cq["spec"]["preemption"] = preemption
-    for manifest in (
-        {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ResourceFlavor", "metadata": {"name": ns},
-         "spec": {"nodeLabels": labels}},
-        cq,
-        {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "LocalQueue", "metadata": {"name": "q", "namespace": ns},
-         "spec": {"clusterQueue": ns}},
-    ):
-        kube.apply(manifest)
-    wait_until(lambda: (kube.get("clusterqueue", ns) or {}).get("status", {}).get("conditions"), timeout=30,
-               what=f"ClusterQueue {ns} active")
+    kueue_support.queue(kube.cluster, ns, ns, {"nvidia.com/gpu": gpus}, {"pool": ns, **(node_labels or {})},
+                        preemption)
 
 
 def queued_job(name: str, replicas: int = 2, **spec) -> dict:
     job = ddpjob(name, replicas=replicas, gpus=8, **spec)
-    job["metadata"]["labels"] = {"kueue.x-k8s.io/queue-name": "q"}
+    job["metadata"]["labels"] = {QUEUE_LABEL: "q"}
     return job
 
 
@@ -115,21 +95,11 @@ def workloads(kube: Kube, job: str) -> list[dict]:
     return [w for w in items if w["metadata"].get("labels", {}).get("ddpjob.dev/job-name") == job]
 
 
-def condition(obj: dict, ctype: str) -> dict:
-    """A condition of a status, or of an object's status."""
-    conditions = obj["conditions"] if "conditions" in obj else (obj.get("status") or {}).get("conditions")
-    return next((c for c in conditions or [] if c["type"] == ctype), {})
-
-
 def finish(kube: Kube, job: str, replicas: int = 2) -> None:
     """The simulated trainer ends well: every pod of the group exits 0."""
     for index in range(replicas):
         kube.succeed_pod(f"{job}-worker-{index}")
     kube.wait_phase(job, "Succeeded")
-
-
-def is_queued(status: dict) -> bool:
-    return status.get("phase") == "Pending" and status.get("reason") == "Queued"
 
 
 def test_a_quota_for_one_job_runs_one_and_queues_two_with_no_pods_until_it_finishes(kube, ns, nodes):
