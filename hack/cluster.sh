@@ -12,7 +12,9 @@
 # GANG_SCHEDULING=1 (default) serves Kubernetes v1.36's alpha gang scheduling: the scheduling.k8s.io/v1alpha2
 # PodGroup API (feature gate GenericWorkload on the apiserver, the controller-manager, which runs the PodGroup
 # protection finalizer, and the scheduler; GangScheduling on the scheduler). GANG_SCHEDULING=0 starts a cluster
-# without it (tests of the operator's fallback restart the apiserver that way).
+# without it (tests of the operator's fallback restart the apiserver that way). GANG_SCHEDULING=api serves the API
+# but starts the scheduler at its default feature gates, as a cluster whose scheduler ignores PodGroups (a test of the
+# operator's gang discovery restarts the scheduler that way).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 bin="$root/.cache/bin"
@@ -26,10 +28,12 @@ KCM_PORT=${KCM_PORT:-20257}
 SCHED_PORT=${SCHED_PORT:-20259}
 KWOK_PORT=${KWOK_PORT:-20247}
 GANG_SCHEDULING=${GANG_SCHEDULING:-1}
-if [[ $GANG_SCHEDULING == 1 ]]; then
+if [[ $GANG_SCHEDULING == 1 || $GANG_SCHEDULING == api ]]; then
   APISERVER_GANG="--feature-gates=GenericWorkload=true --runtime-config=scheduling.k8s.io/v1alpha2=true"
   KCM_GANG="--feature-gates=GenericWorkload=true"
   SCHED_GANG="--feature-gates=GenericWorkload=true,GangScheduling=true"
+  # A scheduler left at its defaults (both gates are alpha, off): it never looks at a pod's schedulingGroup.
+  [[ $GANG_SCHEDULING == api ]] && SCHED_GANG=""
 else
   APISERVER_GANG="" KCM_GANG="" SCHED_GANG=""
 fi

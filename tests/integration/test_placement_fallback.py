@@ -64,3 +64,51 @@ def test_without_the_podgroup_api_jobs_run_pod_by_pod_and_say_so(cluster, withou
         assert row[-1] == "PodByPod", row
     finally:
         op.stop()
+
+
+def restart_scheduler(cluster, mode: str) -> None:
+    """The scheduler alone, restarted with GANG_SCHEDULING=mode (hack/cluster.sh): "api" leaves it at its default
+    feature gates, so it places pods one by one while the API server still serves PodGroups."""
+    env = {**os.environ, "GANG_SCHEDULING": mode}
+    subprocess.run(["bash", str(CLUSTER_SH), "stop", "kube-scheduler"], check=True, capture_output=True, timeout=60)
+    subprocess.run(["bash", str(CLUSTER_SH), "start", "kube-scheduler"], check=True, capture_output=True, timeout=180,
+                   env=env)
+
+
+@pytest.fixture
+def scheduler_without_gangs(cluster, crds):
+    restart_scheduler(cluster, "api")
+    try:
+        yield
+    finally:
+        restart_scheduler(cluster, "1")
+
+
+@pytest.mark.disrupts_cluster
+def test_a_scheduler_that_ignores_podgroups_is_found_out_and_jobs_go_pod_by_pod(
+        cluster, scheduler_without_gangs, namespace, tmp_path):
+    """The API server serves PodGroups, so the operator starts with gangs; the scheduler binds the first attempt's
+    pods without a word on its PodGroup. The operator then says `PodByPod` (never `Gang` for what nothing
+    enforces), once in its log and with a GangNotEnforced event, and the next attempt gets no PodGroup."""
+    op = OperatorProcess(cluster.kubeconfig, [namespace], tmp_path / "operator.log", verbose=False)
+    op.start()
+    try:
+        kube = Kube(cluster, namespace)
+        kube.apply(ddpjob("plain", replicas=2, gpus=1))
+        status = kube.wait_phase("plain", "Running", timeout=150)
+        pods = kube.running_pods("plain", attempt=status["attempt"], n=2, timeout=60)
+        assert all(p["spec"].get("schedulingGroup") for p in pods), "the first attempt was made a gang"
+        status = kube.wait_status("plain", lambda s: s.get("placement") == "PodByPod", timeout=90,
+                                  what="placement PodByPod once the scheduler showed it ignores the gang")
+        assert "GangNotEnforced" in {e["reason"] for e in kube.events("plain")}
+        warnings = [line for line in op.log().splitlines() if "level=warning logger=ddpjob.gang" in line]
+        assert len(warnings) == 1 and "does not gang-schedule" in warnings[0], op.log()[-3000:]
+        kube.fail_pod("plain-worker-1", exit_code=1)
+        attempt = status["attempt"] + 1
+        pods = kube.running_pods("plain", attempt=attempt, n=2, timeout=150)
+        assert all("schedulingGroup" not in p["spec"] for p in pods)
+        groups = cluster.kubectl("-n", namespace, "get", "podgroups.scheduling.k8s.io", "-o", "name").stdout.split()
+        assert f"podgroup.scheduling.k8s.io/plain-{attempt}" not in groups, groups
+        assert kube.status("plain")["placement"] == "PodByPod"
+    finally:
+        op.stop()

@@ -77,3 +77,37 @@ def test_a_partly_placed_rigid_group_releases_its_gpus_and_waits_spending_nothin
         assert "PlacementTimeout" in {e["reason"] for e in kube.events("half")}
     finally:
         op.stop()
+
+
+def test_an_elastic_job_that_cannot_place_all_its_pods_trains_at_the_placed_size(
+        cluster, namespace, op_namespace, pool, tmp_path):
+    """Three 16-GPU nodes and one pod a node (required anti-affinity, which the capacity estimate does not
+    model): the estimate says 6 fit, so the job starts at 4; the scheduler binds 3 and the 4th waits. Pod by pod,
+    those 3 hold their GPUs; after the placement timeout the job continues at the 3 that are placed (PlacedToFit),
+    spending no budget, and the new attempt's rendezvous says 3 nodes."""
+    nodes = pool(3, gpus=16)
+    op = OperatorProcess(cluster.kubeconfig, [namespace], tmp_path / "operator.log", verbose=False,
+                         env={"DDPJOB_GANG_SCHEDULING": "off"}).start()
+    kube = Kube(cluster, namespace)
+    try:
+        job = in_pool(ddpjob("el", replicas=4, gpus=8, elastic={"minReplicas": 2, "maxReplicas": 4},
+                             runPolicy={"placementTimeoutSeconds": 10}), op_namespace)
+        job["spec"]["template"]["metadata"] = {"labels": {"spread": "el"}}
+        job["spec"]["template"]["spec"]["affinity"] = {"podAntiAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": [
+                {"labelSelector": {"matchLabels": {"spread": "el"}}, "topologyKey": "kubernetes.io/hostname"}]}}
+        kube.apply(job)
+        first = kube.wait_status("el", lambda s: s.get("attempt") == 0 and s.get("replicas") == 4, timeout=60,
+                                 what="the first attempt at 4, as the estimate promises")
+        assert first["placement"] == "PodByPod"
+        status = kube.wait_status("el", lambda s: s.get("phase") == "Running", timeout=180,
+                                  what="el Running at the placed size")
+        assert (status["replicas"], status["sizeText"], status["reason"]) == (3, "3/4", "AllPodsRunning")
+        assert (status["restarts"], status["platformRestarts"], status["attempt"]) == (0, 0, 1)
+        pods = kube.running_pods("el", attempt=1, n=3, timeout=60)
+        env = {e["name"]: e.get("value") for e in pods[0]["spec"]["containers"][0]["env"]}
+        assert env["PET_NNODES"] == "3", env
+        assert {p["spec"]["nodeName"] for p in pods} == set(nodes)
+        assert "PlacedToFit" in {e["reason"] for e in kube.events("el")}
+    finally:
+        op.stop()

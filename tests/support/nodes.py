@@ -75,16 +75,16 @@ def delete_node(core: client.CoreV1Api, name: str) -> None:
 
 
 class NodePool:
-    """kwok nodes of one test's own, labelled pool=<name> (plus any labels given), 8 GPUs each:
-    pool(n, **labels) makes n of them and waits until they are Ready; delete() removes them all."""
+    """kwok nodes of one test's own, labelled pool=<name> (plus any labels given), 8 GPUs each unless told:
+    pool(n, gpus=8, **labels) makes n of them and waits until they are Ready; delete() removes them all."""
 
     def __init__(self, core: client.CoreV1Api, name: str):
         self.core, self.name, self.made = core, name, []
 
-    def __call__(self, n: int, **labels: str) -> list[str]:
+    def __call__(self, n: int, gpus: int = 8, **labels: str) -> list[str]:
         names = [f"{self.name}-{i}"[-63:].lstrip("-") for i in range(len(self.made), len(self.made) + n)]
         for name in names:
-            create_spare_node(self.core, name, labels={"pool": self.name, **labels})
+            create_spare_node(self.core, name, labels={"pool": self.name, **labels}, gpus=gpus)
             self.made.append(name)
         for name in names:
             wait_until(lambda name=name: node_ready(self.core, name), timeout=60, what=f"node {name} Ready")

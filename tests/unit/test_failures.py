@@ -10,6 +10,13 @@ from ddpjob_operator import failures as f
 
 from job_builders import NOW, make_node, make_pod
 
+def preempted():
+    pod = make_pod().terminating().build()
+    pod["status"]["conditions"] = [{"type": "DisruptionTarget", "status": "True", "reason": "PreemptionByScheduler",
+                                    "message": "default-scheduler: preempting to accommodate a higher priority pod"}]
+    return pod
+
+
 NODES = {"node-0": make_node("node-0"), "down": make_node("down", ready=False, since=60),
          "flapping": make_node("flapping", ready=False, since=5)}
 
@@ -23,6 +30,7 @@ NODES = {"node-0": make_node("node-0"), "down": make_node("down", ready=False, s
     ("signal field", make_pod().failed(0, signal=9).build(), f.SIGNAL, 0),
     ("evicted", make_pod().evicted().build(), f.EVICTED, None),
     ("deleted by someone", make_pod().terminating().build(), f.DELETED, None),
+    ("preempted by the scheduler: deleted with DisruptionTarget", preempted(), f.EVICTED, None),
     ("node NotReady past grace", make_pod().on_node("down").build(), f.NODE_LOST, None),
     ("node NotReady within grace", make_pod().on_node("flapping").build(), None, None),
     ("node gone", make_pod().on_node("vanished").build(), f.NODE_LOST, None),

@@ -160,6 +160,26 @@ def test_a_group_running_below_its_desired_size_grows_when_room_returns():
     assert (s["phase"], s["reason"], s["replicas"], s["restarts"], s["attempt"]) == ("Restarting", "GrewToFit", 4, 0, 1)
 
 
+def test_room_seen_outside_the_jobs_turn_is_reported_not_taken():
+    """Only the job whose turn it is at freed room grows (room_wakeups.py); another pass that sees the room says
+    so, and the reconciler starts a round in which the waiting jobs look in their order."""
+    job = three_of_four().status(
+        desiredReplicas=4, sizeText="3/4", placement="Gang", worldSize=24, observedGeneration=1
+    ).build()
+    obs = dataclasses.replace(observe(job, running_pods("a", 3)), gang=True, capacity=4, may_grow=False)
+    plan = plan_reconcile(obs, PlannerSettings())
+    assert plan.status is None and plan.grow_blocked
+
+
+def test_a_rescale_an_elastic_job_cannot_use_now_is_no_restart():
+    job = make_job("a").replicas(4).elastic(2, 4).gpus(8).running(replicas=3).status(
+        desiredReplicas=3, sizeText="3/3", placement="Gang", worldSize=24, observedGeneration=1).build()
+    plan = plan_with(job, running_pods("a", 3), capacity=3)
+    s = plan.status
+    assert (s["phase"], s["attempt"], s["replicas"], s["sizeText"]) == ("Running", 0, 3, "3/4")
+    assert [e.reason for e in plan.events] == ["Rescaled"] and "continuing at 3" in plan.events[0].message
+
+
 def test_a_lost_node_restarts_an_elastic_group_at_the_size_that_still_fits_and_counts_one_restart():
     job = make_job("a").replicas(3).elastic(2, 3).gpus(8).running()
     pods = [
@@ -292,3 +312,18 @@ def test_a_size_taken_back_by_preemption_is_not_grown_into_again_for_the_cooldow
     s = plan_with(job, pods + [victim.build()], nodes=nodes, capacity=2).status
     assert (s["phase"], s["replicas"], s["platformRestarts"]) == ("Restarting", 2, 1), name
     assert (s.get("unplaceableSize"), s.get("unplaceableUntil")) == ((3, ago(-300)) if want_memory else (None, None))
+
+
+@pytest.mark.parametrize("name, running, capacity, want_size", [
+    ("the estimate still says 3 fit (the preemptor is not nominated yet): one pod fewer", 3, 3, 2),
+    ("the estimate says fewer still: what fits", 3, 1, 2),
+    ("already at the minimum: the minimum", 2, 3, 2),
+])
+def test_an_elastic_group_that_lost_a_pod_to_preemption_restarts_smaller(name, running, capacity, want_size):
+    job = make_job("a").replicas(4).elastic(2, 4).gpus(8).running(replicas=running).restart_backoff(0).status(
+        desiredReplicas=4, sizeText=f"{running}/4", placement="Gang", worldSize=8 * running, observedGeneration=1)
+    nodes = [make_node(f"n{i}") for i in range(running)]
+    pods = [make_pod("a", i).on_node(f"n{i}").build() for i in range(running - 1)]
+    pods.append(make_pod("a", running - 1).on_node(f"n{running - 1}").evicted().build())
+    s = plan_with(job, pods, nodes=nodes, capacity=capacity).status
+    assert (s["phase"], s["replicas"], s["restarts"], s["platformRestarts"]) == ("Restarting", want_size, 0, 1), name

@@ -65,6 +65,22 @@ def test_an_elastic_job_continues_at_the_placed_count():
         "Restarting", "PlacedToFit", 1, 1, 0)
 
 
+def test_the_size_that_did_not_place_is_not_grown_back_into_for_the_cooldown():
+    """The estimate promised 2 and the scheduler placed 1: once the job runs at 1, an estimate that still says 2
+    fit must not grow it back (a 2 -> 1 -> 2 loop, a group restart each time) until the cooldown is over."""
+    s = plan_reconcile(partly_placed(elastic=(1, 2)), PlannerSettings()).status
+    assert s["unplaceableSize"] == 2
+    assert (parse(s["unplaceableUntil"]) - NOW).total_seconds() == 300
+    job = make_job("a").replicas(2).gpus(8).elastic(1, 2).build()
+    job["status"] = {**s, "phase": "Running", "reason": "AllPodsRunning", "launchedAttempt": s["attempt"]}
+    job["status"].pop("unplacedSince", None)
+    running = [make_pod("a", 0, attempt=s["attempt"]).build()]
+    for later, grows in ((timedelta(seconds=299), False), (timedelta(seconds=301), True)):
+        obs = dataclasses.replace(observe(job, running, now=NOW + later), gang=False, capacity=2)
+        out = plan_reconcile(obs, PlannerSettings()).status
+        assert ((out or {}).get("reason") == "GrewToFit") is grows, (later, out and out.get("reason"))
+
+
 def test_an_elastic_job_below_its_minimum_is_released_like_a_rigid_one():
     s = plan_reconcile(partly_placed(elastic=(2, 2)), PlannerSettings()).status
     assert (s["reason"], s["replicas"]) == ("PlacementTimeout", 2)

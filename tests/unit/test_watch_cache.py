@@ -155,3 +155,15 @@ def test_recreated_job_disowns_the_old_jobs_pods():
     assert c.observe(KEY, NOW).pods == []
     assert c.orphaned_pods(KEY) == [old]
     assert api.TRACKING_FINALIZER in old["metadata"]["finalizers"]
+
+
+def test_a_pod_nominated_for_a_node_holds_its_room_as_a_bound_one_does():
+    """A preemptor the scheduler nominated for a node: its victims' room is its own (watch_cache.held_on)."""
+    from ddpjob_operator.watch_cache import bound_pod, held_on
+
+    pod = make_pod("x", 0).pending().build()
+    assert held_on(pod) is None and bound_pod(pod) is None
+    pod["status"]["nominatedNodeName"] = "n3"
+    assert held_on(pod) == "n3" and bound_pod(pod) is not None
+    assert held_on(make_pod("x", 0).on_node("n1").build()) == "n1"
+    assert held_on(make_pod("x", 0).on_node("n1").succeeded().build()) is None

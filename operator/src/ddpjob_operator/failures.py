@@ -110,7 +110,17 @@ def classify_pod_failure(
     if phase == "Succeeded":
         return None
     if pod["metadata"].get("deletionTimestamp"):
-        # The operator never deletes pods of the current attempt, so someone else did.
+        # The operator never deletes pods of the current attempt, so someone else did: a disruption (the
+        # scheduler's preemption, the eviction API, the taint manager: DisruptionTarget) or a plain delete.
+        disruption = _disruption(status)
+        if disruption is not None:
+            return Failure(
+                pod=name,
+                kind=EVICTED,
+                reason=disruption.get("reason") or "Evicted",
+                message=_trim(disruption.get("message") or ""),
+                at=deletion_started(pod) or now,
+            )
         return Failure(pod=name, kind=DELETED, reason="Terminating", at=deletion_started(pod) or now)
     if phase == "Failed":
         return _terminated_failure(pod, now)
@@ -248,10 +258,14 @@ def finished_step(pod: dict[str, Any]) -> int | None:
     return step if isinstance(step, int) and not isinstance(step, bool) and step >= 0 else None
 
 
+def _disruption(status: dict[str, Any]) -> dict[str, Any] | None:
+    """The pod's DisruptionTarget=True condition, if any."""
+    conditions = status.get("conditions") or []
+    return next((c for c in conditions if c.get("type") == "DisruptionTarget" and c.get("status") == "True"), None)
+
+
 def _disrupted(status: dict[str, Any]) -> bool:
-    return any(
-        c.get("type") == "DisruptionTarget" and c.get("status") == "True" for c in status.get("conditions") or []
-    )
+    return _disruption(status) is not None
 
 
 def _trainer_terminated(pod: dict[str, Any]) -> dict[str, Any] | None:

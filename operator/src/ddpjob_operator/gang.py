@@ -6,7 +6,9 @@ One PodGroup per attempt, named `<job>-<attempt>`, owned by the job: an attempt 
 attempt's size, so the scheduler binds all of the attempt's pods or none.
 
 On a cluster that does not serve the API (or with --gang-scheduling=off) pods are placed one by one, as before,
-and the operator says so once at start and in each job's status (`placement`). A pod template that names its own
+and the operator says so once at start and in each job's status (`placement`). Where the API is served but the
+scheduler does not gang-schedule, the first attempt that shows it turns new attempts pod by pod too
+(gang_discovery.py). A pod template that names its own
 `schedulerName` (Volcano, scheduler-plugins) gets no PodGroup: that scheduler does its own grouping."""
 
 from __future__ import annotations
@@ -90,6 +92,7 @@ def slim_podgroup(body: Mapping[str, Any]) -> dict[str, Any]:
         "metadata": {
             "name": meta.get("name"),
             "uid": meta.get("uid"),
+            "creationTimestamp": meta.get("creationTimestamp"),
             "labels": dict(meta.get("labels") or {}),
             "ownerReferences": list(meta.get("ownerReferences") or []),
             "deletionTimestamp": meta.get("deletionTimestamp"),

@@ -26,7 +26,9 @@ from .watch_cache import (
     WatchCache,
     bound_pod,
     child_entry,
+    held_on,
     namespace_terminating,
+    priority_entry,
     slim_job,
     slim_node,
     slim_pod,
@@ -44,12 +46,13 @@ INDEXES = (
     "ddpjob_nodes",
     "ddpjob_services",
     "ddpjob_network_policies",
+    "ddpjob_priorities",
     "ddpjob_bound_pods",
     "ddpjob_namespaces",
 )
 GANG_INDEX = "ddpjob_podgroups"  # only where the API server serves PodGroups (config.gang)
-# Only where it serves Kueue's Workloads (config.kueue): the jobs' Workloads, ResourceFlavors, PriorityClasses.
-KUEUE_INDEXES = ("ddpjob_workloads", "ddpjob_flavors", "ddpjob_priorities")
+# Only where it serves Kueue's Workloads (config.kueue): the jobs' Workloads and ResourceFlavors.
+KUEUE_INDEXES = ("ddpjob_workloads", "ddpjob_flavors")
 
 
 class NoDiffBase(kopf.DiffBaseStorage):
@@ -82,7 +85,8 @@ class Runtime:
             self.queue.add(key)
 
     def wake_waiting_for_room(self) -> None:
-        """One waiting job at a time, oldest first; the reconciler wakes the next when its pass is over."""
+        """One waiting job at a time, highest priority then oldest first; the reconciler wakes the next when its
+        pass is over."""
         if self.queue is not None and self.reconciler is not None:
             first = self.reconciler.room_freed()
             if first is not None:
@@ -129,15 +133,20 @@ def build_registry(config: OperatorConfig) -> kopf.OperatorRegistry:
         return {(namespace, labels[api.LABEL_JOB_NAME]): child_entry(NETWORK_POLICY, body)}
 
     @kopf.index("", "v1", "pods", id="ddpjob_bound_pods", registry=registry)
-    def ddpjob_bound_pods(body, spec, **_):
-        """Every pod that holds room on a node (anyone's): the capacity an elastic job can grow into."""
+    def ddpjob_bound_pods(body, **_):
+        """Every pod that holds room on a node (anyone's, bound or nominated): what an elastic job cannot have."""
         held = bound_pod(body)
-        return {spec["nodeName"]: held} if held is not None else {}
+        return {held_on(body): held} if held is not None else {}
 
     @kopf.index("", "v1", "namespaces", id="ddpjob_namespaces", registry=registry)
     def ddpjob_namespaces(body, name, **_):
         """Namespaces being deleted: their jobs' pods are going with them, which is no failure."""
         return {name: True} if namespace_terminating(body) else {}
+
+    @kopf.index("scheduling.k8s.io", "v1", "priorityclasses", id="ddpjob_priorities", registry=registry)
+    def ddpjob_priorities(body, name, **_):
+        """PriorityClass values: who looks at freed room first (room_wakeups.py), a Workload's priority (kueue.py)."""
+        return {name: priority_entry(body)}
 
     @kopf.on.event("", "v1", "namespaces", registry=registry)
     async def namespace_event(body, name, **_):
@@ -172,10 +181,6 @@ def build_registry(config: OperatorConfig) -> kopf.OperatorRegistry:
         def ddpjob_flavors(body, name, **_):
             return {name: kueue.slim_flavor(body)}
 
-        @kopf.index("scheduling.k8s.io", "v1", "priorityclasses", id="ddpjob_priorities", registry=registry)
-        def ddpjob_priorities(body, name, **_):
-            return {name: int(body.get("value") or 0)}
-
     @kopf.on.startup(registry=registry)
     async def startup(settings: kopf.OperatorSettings, **kwargs: Any) -> None:
         # The indexes (kwargs named by their ids) are live objects: empty now, filled by kopf before any handler
@@ -204,6 +209,7 @@ def build_registry(config: OperatorConfig) -> kopf.OperatorRegistry:
             podgroups=indexes.get(GANG_INDEX),
             kueue=tuple(indexes[name] for name in KUEUE_INDEXES) if config.kueue else None,
             namespaces=indexes["ddpjob_namespaces"],
+            priorities=indexes["ddpjob_priorities"],
         )
         rt.pods_by_node = indexes["ddpjob_pods_by_node"]
         metrics.watch_cache_sizes({name.removeprefix("ddpjob_"): index for name, index in indexes.items()})
@@ -270,7 +276,8 @@ def build_registry(config: OperatorConfig) -> kopf.OperatorRegistry:
     @kopf.on.event("", "v1", "pods", registry=registry)
     async def any_pod_event(event, spec, status, **_):
         """A pod that leaves a node (anyone's) gives room back: wake the elastic jobs waiting for it."""
-        if spec.get("nodeName") and (event.get("type") == "DELETED" or status.get("phase") in ("Succeeded", "Failed")):
+        holds = spec.get("nodeName") or status.get("nominatedNodeName")
+        if holds and (event.get("type") == "DELETED" or status.get("phase") in ("Succeeded", "Failed")):
             rt.wake_waiting_for_room()
 
     @kopf.on.probe(id="queued", registry=registry)

@@ -10,6 +10,7 @@ from . import conditions as c
 from . import placement_timeout as placement_timeout_policy
 from . import placement_verdict, resize_policy
 from .attempt_status import new_group, sized, start_no_sooner
+from .capacity import GROW
 from .plan import Observed, Plan
 from .spec import JobSpec
 from .status import JobStatus
@@ -40,7 +41,10 @@ def placement_timeout(
     if verdict is None:
         return None
     if verdict.action == placement_timeout_policy.PLACED_TO_FIT:
-        return new_group(obs, spec, status, plan, verdict.size, verdict.action, verdict.message)
+        out = new_group(obs, spec, status, plan, verdict.size, verdict.action, verdict.message)
+        if spec.elastic is not None:  # the size that did not place is not tried again for the cooldown
+            resize_policy.remember_unplaced(out, status["replicas"], obs.now, spec.elastic.resize_cooldown_seconds)
+        return out
     out = sized(c.enter_phase(status, c.PENDING, verdict.action, verdict.message, obs.now), spec, verdict.size)
     out.update({"attempt": status["attempt"] + 1, "reason": verdict.action})
     out["placementTimeouts"] = status.get("placementTimeouts", 0) + 1
@@ -80,6 +84,9 @@ def resize_to_capacity(
         now=obs.now,
     )
     if decision is None or decision.size == status["replicas"]:
+        return None
+    if decision.reason == GROW and not obs.may_grow:
+        plan.grow_blocked = True  # not its turn: the waiting jobs look at the room in their order
         return None
     out = new_group(obs, spec, status, plan, decision.size, decision.reason, decision.message)
     resize_policy.remember(out, decision, status["replicas"], obs.now, spec.elastic.resize_cooldown_seconds)

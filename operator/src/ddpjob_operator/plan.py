@@ -47,6 +47,8 @@ class Observed:
     scrapes_current: bool = True  # this process has been scraping worker 0 lately (False: it is overloaded)
     network_policy_exists: bool = True  # only read when spec.networkPolicy asks for one
     gang: bool = False  # the cluster serves PodGroups and the operator uses them (gang.py)
+    # The scheduler showed it does not gang-schedule (gang_discovery.py): why, in a sentence; "" otherwise.
+    gang_not_enforced: str = ""
     podgroups: list[dict[str, Any]] = field(default_factory=list)  # the job's PodGroups, every attempt
     foreign_podgroups: list[str] = field(default_factory=list)  # names of PodGroups under its label it does not own
     # Pods of this job's shape the cluster can place now, counting the room of its own pods (capacity.py); None
@@ -62,6 +64,8 @@ class Observed:
     # ResourceFlavors and PriorityClasses (kueue.py). None: it does not.
     kueue: View | None = None
     admission: Admission | None = None  # Kueue's admission, once the planner has read it
+    # It is this elastic job's turn at freed room (room_wakeups.py): it may decide to grow now.
+    may_grow: bool = True
 
 
 @dataclass(frozen=True)
@@ -90,6 +94,7 @@ class Plan:
     create_network_policy: dict[str, Any] | None = None
     create_podgroup: dict[str, Any] | None = None  # the current attempt's gang, created before its pods
     delete_podgroups: list[str] = field(default_factory=list)  # gangs of earlier attempts
+    grow_blocked: bool = False  # room to grow into, seen outside the job's turn (room_wakeups.py)
     create_workload: dict[str, Any] | None = None  # Kueue's Workload for the job (kueue.py)
     delete_workloads: list[str] = field(default_factory=list)  # Workloads of an earlier shape
     workload_write: WorkloadWrite | None = None  # a status update of the job's Workload

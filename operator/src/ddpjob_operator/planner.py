@@ -30,6 +30,7 @@ from . import (
     failure_class,
     failures,
     gang,
+    gang_discovery,
     kueue,
     kueue_step,
     ownership,
@@ -163,6 +164,8 @@ def plan_reconcile(obs: Observed, settings: PlannerSettings = PlannerSettings())
         plan.observe("jobs_created")
     status["observedGeneration"] = meta.get("generation", 1)
     status["placement"] = gang.placement_of(spec.template, obs.gang)
+    if old.get("placement") == gang.GANG and status["placement"] == gang.POD_BY_POD and obs.gang_not_enforced:
+        plan.event("Warning", gang_discovery.NOT_ENFORCED, obs.gang_not_enforced)
     status.setdefault("desiredReplicas", status["replicas"])
     status.setdefault("sizeText", f"{status['replicas']}/{status['desiredReplicas']}")
 
@@ -314,6 +317,12 @@ def _rescale(obs: Observed, spec: JobSpec, status: JobStatus, plan: Plan) -> Job
     if status.get("phase") == c.SUSPENDED or status.get("desiredReplicas") == spec.replicas:
         return None
     size = _start_size(spec, obs.capacity)
+    if spec.elastic is not None and size == status["replicas"] and status.get("launchedAttempt") == status["attempt"]:
+        # What fits is what runs: a restart at the same size would cost a resume and gain nothing. The new desired
+        # size is the resize policy's to reach when room comes.
+        status.update({"desiredReplicas": spec.replicas, "sizeText": f"{size}/{spec.replicas}"})
+        plan.event(NORMAL, "Rescaled", f"replicas {spec.replicas} desired; {size} fit now: continuing at {size}")
+        return None
     message = (
         f"replicas {status['desiredReplicas']} -> {spec.replicas}: restarting the group as attempt "
         f"{status['attempt'] + 1} with {size} pods"
@@ -422,7 +431,11 @@ def _failure_policy(
             counts.platform + 1,
         )
     )
-    size = _start_size(spec, obs.capacity) if spec.elastic else status["replicas"]
+    size = status["replicas"]
+    if spec.elastic is not None:
+        size = resize_policy.size_after_taken_back(
+            cause.kind, _start_size(spec, obs.capacity), status["replicas"], spec.elastic.min_replicas
+        )
     message = decision.message
     if was_reset:
         message += f" (budgets reset: the attempt ran healthy for over {spec.run_policy.healthy_reset_seconds}s)"

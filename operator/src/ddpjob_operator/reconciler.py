@@ -19,7 +19,7 @@ from .kube import reason_of, status_of
 from .plan import Observed, Plan, PodRefusal, ServiceConflict
 from .planner import PlannerSettings, plan_reconcile, plan_release_orphans
 from .progress import ProgressScraper
-from .room_wakeups import RoomRounds
+from .room_wakeups import RoomRounds, turn_order
 from .timefmt import utcnow
 from .watch_cache import WatchCache
 
@@ -58,18 +58,21 @@ class Reconciler:
         # Elastic jobs below their desired size or waiting to be placed: a pod or node that gives room back wakes
         # them (handlers.py), so they grow without waiting for the resync.
         self.waiting_for_room: set[Key] = set()
-        # ...one at a time, oldest first (room_wakeups.py); `wake_later` (set by handlers.py) queues the next turn.
-        self.rounds = RoomRounds(self._age_of)
+        # ...one at a time, highest priority then oldest first (room_wakeups.py); `wake_later` (set by handlers.py)
+        # queues the next turn.
+        self.rounds = RoomRounds(self._turn_order)
         self.wake_later: Callable[[Key, float], None] | None = None
+        # Jobs whose pass found room to grow into outside their turn: a round starts when the pass is over.
+        self.saw_room: set[Key] = set()
         # The latest pod creation the API server refused, per job: an observation for the next pass's planner,
         # which decides what it means (pod_rejection.py). Lost on restart, and then simply observed again.
         self.refusals: dict[Key, PodRefusal] = {}
         # The same for a Service of the job's name that the job does not control (ownership.py).
         self.service_conflicts: dict[Key, ServiceConflict] = {}
 
-    def _age_of(self, key: Key) -> str:
-        job = self.cache.job(key)
-        return str((job or {}).get("metadata", {}).get("creationTimestamp") or "")
+    def _turn_order(self, key: Key) -> tuple[int, str]:
+        job = self.cache.job(key) or {}
+        return turn_order(self.cache.priority(job), str(job.get("metadata", {}).get("creationTimestamp") or ""))
 
     def room_freed(self) -> Key | None:
         """A pod or node gave room back: the waiting job whose turn it is to look, if any."""
@@ -90,6 +93,9 @@ class Reconciler:
         finally:
             metrics.RECONCILE_SECONDS.observe(time.perf_counter() - started)
             nxt = self.rounds.pass_done(key, self.waiting_for_room)
+            if key in self.saw_room:  # room seen outside a turn: the waiting jobs look at it in their order
+                self.saw_room.discard(key)
+                nxt = nxt or self.rounds.room_freed(self.waiting_for_room)
             if nxt is not None and self.wake_later is not None:
                 self.wake_later(nxt, ROOM_TURN_SECONDS)
 
@@ -112,8 +118,11 @@ class Reconciler:
             scrapes_current=self.progress.current(key),
             refusal=self.refusals.get(key),
             service_conflict=self.service_conflicts.get(key),
+            may_grow=self.rounds.may_grow(key),
         )
         plan = plan_reconcile(obs, self.settings)
+        if plan.grow_blocked:
+            self.saw_room.add(key)
         try:
             result = await asyncio.to_thread(self.applier.apply, obs, plan)
         except ApiException as exc:

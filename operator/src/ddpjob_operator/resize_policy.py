@@ -10,7 +10,8 @@ says 4 fits -> 4 -> ... So:
   the scheduler has nominated a node for (a preemption under way), not a pod the cluster autoscaler is bringing a
   node up for (its `TriggeredScaleUp` shows as a `cluster-autoscaler.kubernetes.io/*` annotation or the pod's
   nomination).
-- **Remember** the size that did not place, and when: `status.unplaceableSize` / `status.unplaceableUntil`. For
+- **Remember** the size that did not place (also pod by pod, when the placement timeout continues the job at the
+  placed count: placement_timeout.py), and when: `status.unplaceableSize` / `status.unplaceableUntil`. For
   `elastic.resizeCooldownSeconds` (300) the job never grows back to it or beyond; after that it may try again.
 - **Grow** only from an attempt that is placed and Running (all its pods), never while it is still pending.
 - A pod **evicted or preempted** out of an elastic group is remembered the same way when the group restarts
@@ -103,8 +104,24 @@ def decide(
 def remember(out: JobStatus, decision: SizeDecision, previous_size: int, now: datetime, cooldown: float) -> None:
     """After a shrink, the size that did not place and until when it is not tried again."""
     if decision.reason == SHRINK:
-        out["unplaceableSize"] = previous_size
-        out["unplaceableUntil"] = format_time(now + timedelta(seconds=cooldown))
+        remember_unplaced(out, previous_size, now, cooldown)
+
+
+def remember_unplaced(out: JobStatus, size: int, now: datetime, cooldown: float) -> None:
+    """`size` did not place (a shrink, or pod by pod the placement timeout's PlacedToFit): not tried again until
+    the cooldown is over."""
+    out["unplaceableSize"] = size
+    out["unplaceableUntil"] = format_time(now + timedelta(seconds=cooldown))
+
+
+def size_after_taken_back(kind: str, size: int, previous: int, minimum: int) -> int:
+    """The next group's size after a pod was evicted or preempted out of an elastic group of `previous` pods: the
+    cluster took that room back, whatever the estimate says (a preemptor that is not nominated yet does not show
+    in it), so at least one pod fewer, never below the minimum. Restarting at the same size would meet the
+    preemptor and fail again (issue 21's flapping under a tenant that comes and goes)."""
+    if kind == EVICTED:
+        return max(minimum, min(size, previous - 1))
+    return size
 
 
 def remember_taken_back(out: JobStatus, kind: str, previous_size: int, now: datetime, elastic: Elastic) -> None:
@@ -112,5 +129,4 @@ def remember_taken_back(out: JobStatus, kind: str, previous_size: int, now: date
     size back, so the job does not grow into it again for the cooldown. Under a preemptor that comes and goes,
     the job then restarts at most once per cooldown instead of at each of its arrivals."""
     if kind == EVICTED and out["replicas"] < previous_size:
-        out["unplaceableSize"] = previous_size
-        out["unplaceableUntil"] = format_time(now + timedelta(seconds=elastic.resize_cooldown_seconds))
+        remember_unplaced(out, previous_size, now, elastic.resize_cooldown_seconds)

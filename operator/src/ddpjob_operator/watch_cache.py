@@ -9,16 +9,19 @@ and dicts of lists in unit tests."""
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
-from . import api, kueue
+from . import api, gang_discovery, kueue
 from .capacity import NodeRoom, Requests, count_in, free_room, pod_requests, slim_allocatable, usable
 from .plan import Observed
 from .spec import parse_spec
+
+log = logging.getLogger("ddpjob.gang")
 
 Key = tuple[str, str]  # (namespace, job name)
 IndexView = Mapping[Any, Iterable[Any]]
@@ -59,7 +62,11 @@ def slim_pod(body: Mapping[str, Any]) -> dict[str, Any]:
     conditions = [
         _pick(c, ("type", "status", "reason", "message"))
         for c in status.get("conditions") or []
-        if c.get("type") in ("DisruptionTarget", "PodScheduled")
+        if c.get("type") == "DisruptionTarget"
+    ] + [
+        _pick(c, ("type", "status", "reason", "message", "lastTransitionTime"))  # when bound: gang_discovery.py
+        for c in status.get("conditions") or []
+        if c.get("type") == "PodScheduled"
     ]
     return {
         "metadata": _pick(
@@ -106,13 +113,26 @@ def slim_node(body: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-def bound_pod(body: Mapping[str, Any]) -> tuple[str, Requests] | None:
-    """(uid, requests) of any pod that holds room on a node: bound and not finished. None otherwise."""
-    if not (body.get("spec") or {}).get("nodeName"):
+def held_on(body: Mapping[str, Any]) -> str | None:
+    """The node whose room a pod holds: the one it is bound to or, not bound yet, the one the scheduler nominated
+    it for (a preemption under way: its victims' room is the preemptor's, as the scheduler's nominator counts it).
+    None for a finished pod or one with neither."""
+    status = body.get("status") or {}
+    if status.get("phase") in ("Succeeded", "Failed"):
         return None
-    if (body.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+    return (body.get("spec") or {}).get("nodeName") or status.get("nominatedNodeName") or None
+
+
+def bound_pod(body: Mapping[str, Any]) -> tuple[str, Requests] | None:
+    """(uid, requests) of any pod that holds room on a node (held_on). None otherwise."""
+    if held_on(body) is None:
         return None
     return (body.get("metadata") or {}).get("uid") or "", pod_requests(body.get("spec") or {})
+
+
+def priority_entry(body: Mapping[str, Any]) -> dict[str, Any]:
+    """What the cache keeps of a PriorityClass: its value and whether it is the cluster's default."""
+    return {"value": int(body.get("value") or 0), "globalDefault": bool(body.get("globalDefault"))}
 
 
 def node_room(node: Mapping[str, Any]) -> NodeRoom:
@@ -175,7 +195,8 @@ class WatchCache:
         bound_pods: IndexView | None = None,
         podgroups: IndexView | None = None,
         namespaces: IndexView | None = None,
-        kueue: tuple[IndexView, IndexView, IndexView] | None = None,
+        kueue: tuple[IndexView, IndexView] | None = None,
+        priorities: IndexView | None = None,
         clock: Callable[[], float] = time.monotonic,
     ):
         self.jobs = jobs  # (ns, name) -> [job]
@@ -185,11 +206,14 @@ class WatchCache:
         self.bound_pods = bound_pods if bound_pods is not None else {}  # node name -> [(uid, requests)]
         self.podgroups = podgroups  # (ns, job-name label) -> [PodGroup]; None: gang scheduling is off
         self.namespaces = namespaces if namespaces is not None else {}  # name -> [terminating?]
-        # (ns, job-name label) -> [Workload], flavor name -> [spec], PriorityClass name -> [value]; None: no Kueue
+        # (ns, job-name label) -> [Workload], flavor name -> [spec]; None: no Kueue
         self.kueue = kueue
+        self.priorities = priorities if priorities is not None else {}  # PriorityClass name -> [priority_entry]
         self._room_cache: tuple[int, list[NodeRoom], dict[str, Requests], list[Any]] | None = None
         self.clock = clock
         self.learnt_terminating: dict[str, float] = {}  # namespace -> when the API server said so
+        # The scheduler's latest word on gangs, for the whole cluster (gang_discovery.py): None until it has said.
+        self.gang_evidence: gang_discovery.Evidence | None = None
 
     def learn_terminating(self, namespace: str) -> None:
         """The API server refused a create because the namespace is being deleted: believe it before the
@@ -318,6 +342,7 @@ class WatchCache:
                     podgroups.append(group)
                 else:
                     foreign_podgroups.append(group["metadata"]["name"])
+        not_enforced = self._learn_gang(job, podgroups, pods, now)
         return Observed(
             job=job,
             pods=pods,
@@ -325,7 +350,8 @@ class WatchCache:
             service_exists=SERVICE in kinds,
             now=now,
             network_policy_exists=not wants_policy or NETWORK_POLICY in kinds,
-            gang=self.podgroups is not None,
+            gang=self.podgroups is not None and not_enforced is None,
+            gang_not_enforced=not_enforced or "",
             podgroups=podgroups,
             foreign_podgroups=foreign_podgroups,
             foreign_pods=foreign,
@@ -333,17 +359,48 @@ class WatchCache:
             kueue=self.kueue_view(key, job),
         )
 
+    def _learn_gang(
+        self, job: dict[str, Any], podgroups: list[dict[str, Any]], pods: list[dict[str, Any]], now: datetime
+    ) -> str | None:
+        """Read the current attempt's gang for the scheduler's word (gang_discovery.py); the message saying it does
+        not gang-schedule, if that is the cluster's latest evidence."""
+        if self.podgroups is None:
+            return None
+        attempt = str((job.get("status") or {}).get("attempt", ""))
+        group = next((g for g in podgroups if g["metadata"].get("labels", {}).get(api.LABEL_ATTEMPT) == attempt), None)
+        current = [p for p in pods if p["metadata"].get("labels", {}).get(api.LABEL_ATTEMPT) == attempt]
+        found = gang_discovery.evidence(group, current, now)
+        if found is not None:
+            previous = self.gang_evidence
+            if not found.enforced and (previous is None or previous.enforced):
+                log.warning("%s", found.message)
+            elif found.enforced and previous is not None and not previous.enforced:
+                log.info("the scheduler gang-schedules again (a PodGroup has its verdict): gangs for new attempts")
+            self.gang_evidence = found
+        evidence = self.gang_evidence
+        return evidence.message if evidence is not None and not evidence.enforced else None
+
     def kueue_view(self, key: Key, job: dict[str, Any]) -> kueue.View | None:
         """The job's Workloads (those it controls) and what admission reads, if Kueue governs the job."""
         if self.kueue is None or kueue.queue_name(job) is None:
             return None
-        workloads, flavors, priorities = self.kueue
+        workloads, flavors = self.kueue
         uid = job["metadata"]["uid"]
         return kueue.View(
             workloads=[w for w in _values(workloads, key) if controlled_by(w, uid)],
             flavors={name: _first(flavors, name) or {} for name in flavors},
-            priorities={name: int(next(iter(priorities[name]), 0)) for name in priorities},
+            priorities={name: int((_first(self.priorities, name) or {}).get("value", 0)) for name in self.priorities},
         )
+
+    def priority(self, job: Mapping[str, Any]) -> int:
+        """The priority the job's pods get: their PriorityClass's value, else the cluster's globalDefault class's,
+        else 0 (as the API server's Priority admission plugin resolves it)."""
+        spec = (job.get("spec") or {}).get("template") or {}
+        name = (spec.get("spec") or {}).get("priorityClassName")
+        if name:
+            return int((_first(self.priorities, name) or {}).get("value", 0))
+        defaults = [e for n in self.priorities for e in _values(self.priorities, n) if e.get("globalDefault")]
+        return int(defaults[0]["value"]) if defaults else 0
 
     def orphaned_pods(self, key: Key) -> list[dict[str, Any]]:
         """Pods under this job's label that no live job controls: the job was deleted (or re-created under a new
