@@ -68,7 +68,9 @@ def operator_process(cluster, crds, namespace, tmp_path, request):
     log_dir.mkdir(parents=True, exist_ok=True)
     # The integration suite's 2 s resync would reconcile all 50 jobs every 2 s: a CPU storm on 2 cores that hides
     # what the chaos is about. Events drive the passes; the resync is only the safety net.
-    env = {"DDPJOB_RESYNC_SECONDS": "15"}
+    # A node-lost grace of 15 s (the integration suite's is 2 s): the pod-faults suite's node blips (4 s NotReady,
+    # then Ready again) must fall inside it, and its node losses are still seen soon.
+    env = {"DDPJOB_RESYNC_SECONDS": "15", "DDPJOB_NODE_LOST_GRACE_SECONDS": "15"}
     if request.node.get_closest_marker("disrupts_cluster"):
         # While the apiserver is down no node can renew its lease; once it is back the node lifecycle controller
         # marks the nodes it has not heard from NotReady for a few seconds, until their next renewal. The

@@ -33,6 +33,7 @@ class JobRun:
     node_lost_pending: bool = False
     tried_attempt: int = -1  # the attempt a fault was last sent to, and when: its answer may be lost
     tried_at: float = 0.0
+    blip_attempt: int | None = None  # the attempt a node blip left running: nothing may restart it
 
 
 class WorkloadDriver:
@@ -85,6 +86,10 @@ class WorkloadDriver:
         if view.status.get("phase") in TERMINAL:
             run.done = True
             return
+        if run.blip_attempt is not None and view.status.get("attempt", 0) > run.blip_attempt:
+            self.rec.violation(f"job {script.name} restarted after a node blip within the node-lost grace "
+                               f"(attempt {run.blip_attempt} -> {view.status.get('attempt')})")
+            run.blip_attempt = None
         if run.node_lost_pending:
             return
         if run.injected < len(script.faults) and view.status.get("attempt", 0) > run.attempt:
@@ -99,7 +104,7 @@ class WorkloadDriver:
             if len(pods) < script.replicas or view.status.get("attempt") != run.attempt:
                 return
             fault = script.faults[run.injected]
-            if fault.kind == f.NODE_LOST:
+            if fault.kind in f.NODE_FAULTS:
                 run.node_lost_pending = True
                 return
             # One fault per attempt: a request whose answer was lost in an outage may still have landed, and a
@@ -134,7 +139,7 @@ class WorkloadDriver:
     def _count(self, fault: f.Fault, run: JobRun) -> None:
         run.injected += 1
         self.faults_injected[fault.label()] = self.faults_injected.get(fault.label(), 0) + 1
-        if not self._ended_by(run.script, run.injected):
+        if fault.kind != f.NODE_BLIP and not self._ended_by(run.script, run.injected):  # a blip restarts nothing
             run.attempt += 1
 
     def _create(self, script: JobScript) -> None:
@@ -144,20 +149,37 @@ class WorkloadDriver:
             if exc.status != 409:  # created by an earlier try whose answer was lost
                 raise
 
-    # --- node-lost faults: every pinned job that is ready loses the spare node at once ----------------------
+    # --- node faults: every pinned job that is ready sees the spare node go at once ------------------------
     def _node_lost_step(self) -> None:
+        """A blip: the node NotReady for BLIP_SECONDS, then back (within the node-lost grace: nothing restarts).
+        Node lost: down until every job on it has moved to a new attempt (or ended), then back."""
         waiting = [r for r in self.runs.values() if r.node_lost_pending]
         if not waiting:
             return
         node = waiting[0].script.node
-        pinned = [r for r in self.runs.values() if r.script.node == node and not r.done]
+        kind = waiting[0].script.faults[waiting[0].injected].kind
+        expecting = [r for r in self.runs.values() if r.script.node == node and not r.done
+                     and r.injected < len(r.script.faults) and r.script.faults[r.injected].kind == kind]
         if self.node_down_since is None:
-            if len(waiting) < len([r for r in pinned if r.injected == 0]):
+            if len(waiting) < len(expecting):
                 return  # wait until every pinned job runs, so one node failure hits them all
             f.take_node_down(self.core, node)
             self.node_down_since = time.monotonic()
             for run in waiting:
-                self._count(f.Fault(f.NODE_LOST), run)
+                run.blip_attempt = run.attempt if kind == f.NODE_BLIP else None
+                if kind == f.NODE_LOST:
+                    self._count(f.Fault(f.NODE_LOST), run)
+            return
+        if kind == f.NODE_BLIP:
+            if time.monotonic() - self.node_down_since < f.BLIP_SECONDS:
+                return
+            f.bring_node_up(self.core, node)
+            if not f.node_ready(self.core, node):
+                return  # kwok reports it Ready again on its next heartbeat
+            for run in waiting:
+                self._count(f.Fault(f.NODE_BLIP), run)
+                run.node_lost_pending = False
+            self.node_down_since = None
             return
         moved_on = all((self.rec.job(r.script.name).status.get("attempt", 0) >= r.attempt)
                        or self.rec.job(r.script.name).status.get("phase") in TERMINAL for r in waiting)

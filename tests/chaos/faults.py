@@ -1,6 +1,6 @@
 """Pod and node faults, injected the way the real thing shows up in the API: a kubelet writing a terminated
 container status or an eviction, a user or controller deleting a pod, the eviction API, a node whose kubelet
-stopped."""
+stopped (for good, or for a blip shorter than the node-lost grace)."""
 
 from __future__ import annotations
 
@@ -16,6 +16,10 @@ KUBELET_EVICTION = "kubelet-eviction"
 API_EVICTION = "api-eviction"
 DELETION = "deletion"
 NODE_LOST = "node-lost"
+# A node NotReady for a few seconds, back well within the operator's node-lost grace: it must cost nothing.
+NODE_BLIP = "node-blip"
+NODE_FAULTS = (NODE_LOST, NODE_BLIP)
+BLIP_SECONDS = 4.0
 POD_FAULTS = (EXIT_CODE, KUBELET_EVICTION, API_EVICTION, DELETION)
 # Exit codes a trainer really dies with: errors (1, 2), a permanent config error (3), SIGKILL/OOM (137), SIGTERM
 # (143), SIGSEGV (139).

@@ -1,5 +1,6 @@
 """100 random pod failures across 50 jobs: exit codes (permanent and retryable), kubelet evictions, API
-evictions, deletions, and a node going NotReady under several jobs at once. Each job ends exactly as its
+evictions, deletions, and a node going NotReady under several jobs at once: first for a blip within the node-lost
+grace (which costs nothing), then for good. Each job ends exactly as its
 restartPolicy and backoffLimit say, and the invariants hold throughout."""
 
 from __future__ import annotations
@@ -40,6 +41,6 @@ def test_pod_faults_end_each_job_as_its_policy_says(api, namespace, operator_pro
     assert driver.total_faults == sum(s.outcome().faults_used for s in scripts) >= FAULTS * 0.9
     kinds = {label.split("(")[0] for label in driver.faults_injected}
     assert kinds == {faults.EXIT_CODE, faults.KUBELET_EVICTION, faults.API_EVICTION, faults.DELETION,
-                     faults.NODE_LOST}
+                     faults.NODE_LOST, faults.NODE_BLIP}
     outcomes = {(s.outcome().phase, s.outcome().reason) for s in scripts}
     assert ("Succeeded", "Succeeded") in outcomes and ("Failed", "BackoffLimitExceeded") in outcomes

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from faults import API_EVICTION, DELETION, EXIT_CODE, KUBELET_EVICTION, NODE_LOST, Fault
+from faults import API_EVICTION, DELETION, EXIT_CODE, KUBELET_EVICTION, NODE_BLIP, NODE_LOST, Fault
 from workload import JobScript, Outcome, build_workload
 
 E1, E3, E137, EVICT, DEL, NODE = (Fault(EXIT_CODE, 1), Fault(EXIT_CODE, 3), Fault(EXIT_CODE, 137),
@@ -26,6 +26,9 @@ CASES = [
     ("ExitCode: signals spend the budget", "ExitCode", 1, [E137, Fault(API_EVICTION), E137],
      Outcome("Failed", "BackoffLimitExceeded", 1, 3, 1)),
     ("Never fails on the first failure", "Never", 3, [EVICT, E1], Outcome("Failed", "PodFailed", 0, 1)),
+    ("a node NotReady within the grace costs nothing, even under Never", "Never", 0,
+     [Fault(NODE_BLIP), Fault(NODE_BLIP)], Outcome("Succeeded", "Succeeded", 0, 2, 0)),
+    ("a blip, then the node lost", "OnFailure", 0, [Fault(NODE_BLIP), NODE], Outcome("Succeeded", "Succeeded", 0, 2, 1)),
 ]
 
 

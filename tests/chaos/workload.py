@@ -7,7 +7,8 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field
 
-from faults import API_EVICTION, DELETION, EXIT_CODE, EXIT_CODES, KUBELET_EVICTION, NODE_LOST, POD_FAULTS, Fault
+from faults import (API_EVICTION, DELETION, EXIT_CODE, EXIT_CODES, KUBELET_EVICTION, NODE_BLIP, NODE_LOST, POD_FAULTS,
+                    Fault)
 
 POLICIES = ("OnFailure", "ExitCode", "Never")
 # The platform's failures (docs/operator.md, failure classes) spend runPolicy.platformFailureLimit (default 20),
@@ -32,11 +33,13 @@ class JobScript:
     policy: str
     backoff_limit: int
     faults: list[Fault] = field(default_factory=list)
-    node: str | None = None  # a spare node the job's pods are pinned to (for node-lost faults)
+    node: str | None = None  # a spare node the job's pods are pinned to (for node blips and node-lost faults)
 
     def outcome(self) -> Outcome:
         restarts = platform = 0
         for used, fault in enumerate(self.faults, start=1):
+            if fault.kind == NODE_BLIP:  # NotReady and back within the node-lost grace: nothing failed
+                continue
             if self.policy == "Never":
                 return Outcome("Failed", "PodFailed", restarts, used, platform)
             if self.policy == "ExitCode" and not fault.retryable_under_exit_code_policy():
@@ -90,7 +93,7 @@ def build_workload(seed: int, jobs: int, faults: int, kinds: tuple[str, ...] = P
         script.node = spare_node
         script.policy = "OnFailure" if script.policy == "Never" else script.policy
         script.backoff_limit = max(1, script.backoff_limit)
-        script.faults.append(Fault(NODE_LOST))
+        script.faults += [Fault(NODE_BLIP), Fault(NODE_LOST)]
     if len(scripts) > node_lost_jobs + 1:
         # One job spends its whole backoffLimit on the trainer's own failures: with the platform's failures on a
         # budget of their own, a random mix alone reaches BackoffLimitExceeded only now and then.
