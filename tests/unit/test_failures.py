@@ -10,9 +10,9 @@ from ddpjob_operator import failures as f
 
 from job_builders import NOW, make_node, make_pod
 
-def preempted():
+def preempted(reason="PreemptionByScheduler"):
     pod = make_pod().terminating().build()
-    pod["status"]["conditions"] = [{"type": "DisruptionTarget", "status": "True", "reason": "PreemptionByScheduler",
+    pod["status"]["conditions"] = [{"type": "DisruptionTarget", "status": "True", "reason": reason,
                                     "message": "default-scheduler: preempting to accommodate a higher priority pod"}]
     return pod
 
@@ -31,6 +31,8 @@ NODES = {"node-0": make_node("node-0"), "down": make_node("down", ready=False, s
     ("evicted", make_pod().evicted().build(), f.EVICTED, None),
     ("deleted by someone", make_pod().terminating().build(), f.DELETED, None),
     ("preempted by the scheduler: deleted with DisruptionTarget", preempted(), f.EVICTED, None),
+    ("deleted by the taint manager (its node lost or out of service)", preempted("DeletionByTaintManager"), f.DELETED,
+     None),
     ("node NotReady past grace", make_pod().on_node("down").build(), f.NODE_LOST, None),
     ("node NotReady within grace", make_pod().on_node("flapping").build(), None, None),
     ("node gone", make_pod().on_node("vanished").build(), f.NODE_LOST, None),

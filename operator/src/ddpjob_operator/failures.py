@@ -54,6 +54,7 @@ class Failure:
 # namespace is being deleted (the namespace controller deletes pods before the other objects), the pod's event
 # can arrive before the job's or the namespace's, and that deletion is no failure.
 DELETION_SETTLE_SECONDS = 2.0
+TAINT_MANAGER = "DeletionByTaintManager"  # a DisruptionTarget reason
 
 
 def deletion_started(pod: dict[str, Any]) -> datetime | None:
@@ -110,10 +111,12 @@ def classify_pod_failure(
     if phase == "Succeeded":
         return None
     if pod["metadata"].get("deletionTimestamp"):
-        # The operator never deletes pods of the current attempt, so someone else did: a disruption (the
-        # scheduler's preemption, the eviction API, the taint manager: DisruptionTarget) or a plain delete.
+        # The operator never deletes pods of the current attempt, so someone else did: an eviction (the
+        # scheduler's preemption, the eviction API: DisruptionTarget) or a plain delete. The taint manager's
+        # deletion (DeletionByTaintManager) follows a node's NoExecute taint, a lost or out-of-service node
+        # mostly: a deletion, not a size the cluster took back (a node that returns is real room).
         disruption = _disruption(status)
-        if disruption is not None:
+        if disruption is not None and disruption.get("reason") != TAINT_MANAGER:
             return Failure(
                 pod=name,
                 kind=EVICTED,
