@@ -1,5 +1,8 @@
 """Contention: many 4 x 8-GPU jobs submitted at once to a throw-away kwok cluster with room for a fraction of them,
-the same operator with gang scheduling on and off (--gang-scheduling=off), one mode after the other in one run.
+the same operator in three modes, one after the other in one run: gang scheduling on; off (--gang-scheduling=off,
+pod by pod, as on a cluster with neither the PodGroup API nor Kueue) with the placement timeout
+(runPolicy.placementTimeoutSeconds = --placement-timeout); and off with the timeout out of reach (a day: the
+behaviour before it existed, the baseline of issue 22).
 
 A job "runs" for --run-seconds once all its pods are Running; then this benchmark marks its pods Succeeded and
 the job ends. Measured per mode, from one poll of the namespace every --poll-seconds:
@@ -31,11 +34,22 @@ POD_GPUS = 8
 PODS_PER_JOB = 4
 
 
-def job_manifest(name: str) -> dict:
+def job_manifest(name: str, placement_timeout: int | None = None) -> dict:
     """The scale benchmark's DDPJob at 4 x 8 GPUs; a failure ends it (nothing here fails a pod on purpose)."""
     job = ddpjob(name, PODS_PER_JOB, gpus=POD_GPUS)
     job["spec"]["runPolicy"]["backoffLimit"] = 0
+    if placement_timeout is not None:
+        job["spec"]["runPolicy"]["placementTimeoutSeconds"] = placement_timeout
     return job
+
+
+NO_TIMEOUT = 86400  # "before": a partly placed group holds its GPUs until the rendezvous gives up (kwok: for ever)
+FLAG = -1  # placementTimeoutSeconds from --placement-timeout
+MODES: dict[str, tuple[str, int | None]] = {  # name: (--gang-scheduling, placementTimeoutSeconds; None: default)
+    "gang_on": ("auto", None),
+    "gang_off": ("off", FLAG),
+    "gang_off_no_timeout": ("off", NO_TIMEOUT),
+}
 
 
 def clean_up(core: client.CoreV1Api, custom: client.CustomObjectsApi, namespace: str) -> None:
@@ -45,23 +59,28 @@ def clean_up(core: client.CoreV1Api, custom: client.CustomObjectsApi, namespace:
     delete_namespace(core, namespace)
 
 
-def run_mode(cluster: BenchCluster, api: client.ApiClient, gang: str, a: argparse.Namespace, log_dir: Path) -> dict:
+def run_mode(cluster: BenchCluster, api: client.ApiClient, mode: str, a: argparse.Namespace, log_dir: Path) -> dict:
     core, custom = client.CoreV1Api(api), client.CustomObjectsApi(api)
-    namespace = f"bench-gang-{gang}"
+    gang, timeout = MODES[mode]
+    placement_timeout = a.placement_timeout if timeout == FLAG else timeout
+    namespace = f"bench-{mode.replace('_', '-')}"
     create_namespace(core, namespace)
     operator = Party("operator", cluster, namespace, log_dir, extra_args=("--gang-scheduling", gang))
     operator.start()
     names = [f"c{i:02d}" for i in range(a.jobs)]
     started = time.monotonic()
     for name in names:
-        custom.create_namespaced_custom_object("ddpjob.dev", "v1alpha1", namespace, "ddpjobs", job_manifest(name))
+        custom.create_namespaced_custom_object(
+            "ddpjob.dev", "v1alpha1", namespace, "ddpjobs", job_manifest(name, placement_timeout)
+        )
+    limit = a.timeout_seconds if placement_timeout != NO_TIMEOUT else min(a.timeout_seconds, a.deadlock_seconds)
     all_running_at: dict[str, float] = {}
     done: set[str] = set()
     idle_gpu_seconds = 0.0
     timeline: list[tuple[float, int, int]] = []  # (seconds, GPUs held by groups that cannot run, GPUs training)
     last = time.monotonic()
     next_line = started + 10
-    while len(done) < len(names) and time.monotonic() - started < a.timeout_seconds:
+    while len(done) < len(names) and time.monotonic() - started < limit:
         pods = core.list_namespaced_pod(namespace).items
         now = time.monotonic()
         by_job: dict[str, list] = {}
@@ -88,7 +107,7 @@ def run_mode(cluster: BenchCluster, api: client.ApiClient, gang: str, a: argpars
         timeline.append((round(now - started, 2), held_idle, training))
         if now >= next_line:
             say(
-                f"gang {gang}: {len(done)}/{len(names)} jobs ran, {held_idle} GPUs held by groups that cannot run, "
+                f"{mode}: {len(done)}/{len(names)} jobs ran, {held_idle} GPUs held by groups that cannot run, "
                 f"{training} training, {now - started:.0f}s"
             )
             next_line = now + 10
@@ -98,6 +117,7 @@ def run_mode(cluster: BenchCluster, api: client.ApiClient, gang: str, a: argpars
     operator.stop()
     return {
         "gang": gang,
+        "placement_timeout_seconds": placement_timeout,
         "jobs": len(names),
         "jobs_ran": len(done),
         "all_ran": len(done) == len(names),
@@ -211,7 +231,9 @@ def main() -> int:
     p.add_argument("--nodes", type=int, default=8)
     p.add_argument("--run-seconds", type=float, default=10)
     p.add_argument("--poll-seconds", type=float, default=0.5)
-    p.add_argument("--timeout-seconds", type=float, default=300)
+    p.add_argument("--timeout-seconds", type=float, default=600)
+    p.add_argument("--deadlock-seconds", type=float, default=180, help="how long the no-timeout mode is watched")
+    p.add_argument("--placement-timeout", type=int, default=30, help="runPolicy.placementTimeoutSeconds, pod by pod")
     p.add_argument("--cluster-dir", default=None)
     p.add_argument("--elastic-trials", type=int, default=5)
     a = p.parse_args()
@@ -220,11 +242,14 @@ def main() -> int:
     log_dir = Path(tempfile.mkdtemp(prefix="ddpjob-gang-logs-"))
     try:
         api = config.new_client_from_config(str(cluster.admin_kubeconfig))
-        modes = [run_mode(cluster, api, gang, a, log_dir) for gang in ("auto", "off")]
-        elastic = run_elastic(cluster, api, a, log_dir) if a.elastic_trials else None
+        modes = [run_mode(cluster, api, mode, a, log_dir) for mode in MODES]
+        try:
+            elastic = run_elastic(cluster, api, a, log_dir) if a.elastic_trials else None
+        except RuntimeError as exc:  # the placement modes' figures are kept
+            elastic = {"error": str(exc)[:2000]}
     finally:
         cluster.down()
-    on, off = modes
+    on, off, before = modes
     result = {
         "machine": describe_machine(),
         "setup": {
@@ -235,10 +260,15 @@ def main() -> int:
             "gpus_per_node": POD_GPUS,
             "run_seconds": a.run_seconds,
             "timeout_seconds": a.timeout_seconds,
+            "deadlock_seconds": a.deadlock_seconds,
             "room_for_jobs": a.nodes // PODS_PER_JOB,
         },
         "gang_on": on,
         "gang_off": off,
+        "gang_off_no_timeout": before,
+        "idle_gpu_seconds_ratio_after_vs_before": (
+            round(off["idle_gpu_seconds"] / before["idle_gpu_seconds"], 3) if before["idle_gpu_seconds"] else None
+        ),
         "time_ratio_on_vs_off": (
             round(on["seconds_until_all_ran"] / off["seconds_until_all_ran"], 3)
             if on["all_ran"] and off["all_ran"]
@@ -251,7 +281,8 @@ def main() -> int:
     say(
         f"gang on: {on['jobs_ran']}/{on['jobs']} ran in {on['seconds_observed']}s, idle GPU-s {on['idle_gpu_seconds']};"
         f" gang off: {off['jobs_ran']}/{off['jobs']} ran in {off['seconds_observed']}s, idle GPU-s "
-        f"{off['idle_gpu_seconds']}"
+        f"{off['idle_gpu_seconds']}; gang off without the placement timeout: {before['jobs_ran']}/{before['jobs']} ran"
+        f" in {before['seconds_observed']}s, idle GPU-s {before['idle_gpu_seconds']}"
     )
     return 0
 

@@ -217,7 +217,14 @@ def plot_before_after(before: dict, after: dict, out: Path) -> None:
 def plot_gang(gang: dict, out: Path) -> None:
     """GPUs held by partial groups (that cannot run) and GPUs training, over time, gang on vs off."""
     fig, (held, training) = plt.subplots(1, 2, figsize=(12, 4.2), sharex=True)
-    for key, label, color in (("gang_on", "gang on", "tab:blue"), ("gang_off", "gang off (pod by pod)", "tab:gray")):
+    modes = (
+        ("gang_on", "gang on", "tab:blue"),
+        ("gang_off", "pod by pod, placement timeout", "tab:green"),
+        ("gang_off_no_timeout", "pod by pod, no timeout (before)", "tab:gray"),
+    )
+    for key, label, color in modes:
+        if key not in gang:
+            continue
         timeline = gang[key]["timeline"]
         seconds = [t for t, _, _ in timeline]
         held.plot(seconds, [h for _, h, _ in timeline], label=label, color=color)
@@ -238,6 +245,31 @@ def plot_gang(gang: dict, out: Path) -> None:
     plt.close(fig)
 
 
+def plot_oscillation(osc: dict, out: Path) -> None:
+    """The elastic job's size over time under the filler tenant, this tree vs before the settling rules."""
+    fig, ax = plt.subplots(figsize=(10, 3.8))
+    for key, label, color in (
+        ("baseline", "before the settling rules", "tab:gray"),
+        ("this_tree", "this tree", "tab:blue"),
+    ):
+        timeline = osc[key]["timeline"]
+        ax.step(
+            [t for t, _, _ in timeline],
+            [n if running else 0 for _, n, running in timeline],
+            where="post",
+            label=f"{label}: {osc[key]['restarts']} restarts, Running {osc[key]['running_fraction']:.0%}",
+            color=color,
+        )
+    setup = osc["setup"]
+    ax.set_xlabel("seconds since the filler began coming and going")
+    ax.set_ylabel("pods training (0: restarting)")
+    ax.set_title(f"Elastic {setup['elastic']} under a filler tenant every {setup['toggle_seconds']:.0f} s")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(out / "capacity_oscillation.png", dpi=110)
+    plt.close(fig)
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--results", default=str(Path(__file__).resolve().parent / "results"))
@@ -254,6 +286,9 @@ def main() -> int:
     gang = _load(out / "gang_contention.json")
     if gang:
         plot_gang(gang, out)
+    oscillation = _load(out / "capacity_oscillation.json")
+    if oscillation:
+        plot_oscillation(oscillation, out)
     return 0
 
 

@@ -12,7 +12,9 @@
 #   BENCH_GANG_JOBS=12 BENCH_GANG_NODES=8   gang contention: 4 x 8-GPU jobs submitted at once, kwok nodes x 8 GPUs
 #   BENCH_DELETION_JOBS=100           deletion: running 2-pod jobs in the namespace deleted
 #   BENCH_KUEUE_JOBS=100 BENCH_KUEUE_QUOTA=10 BENCH_KUEUE_RUN_SECONDS=10   a queue under Kueue vs its batch/v1 Job
-#   BENCH_SKIP="local"                any of: trainer scale gang deletion kueue local (skip those parts)
+#   BENCH_OSCILLATION_SECONDS=300     capacity oscillation: an elastic job under a filler tenant every 20 s, this tree
+#                                     vs the operator before the settling rules (a git worktree of e0edcad^)
+#   BENCH_SKIP="local"                any of: trainer scale gang oscillation deletion kueue local (skip those parts)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 py="$root/.venv/bin/python"
@@ -51,6 +53,12 @@ if ! skip gang; then
   say "gang placement under contention: ${BENCH_GANG_JOBS:-12} jobs x 4 pods x 8 GPUs on ${BENCH_GANG_NODES:-8} kwok nodes, gang on vs off"
   "$py" "$root/bench/gang_contention.py" --out "$results/gang_contention.json" --jobs "${BENCH_GANG_JOBS:-12}" \
     --nodes "${BENCH_GANG_NODES:-8}"
+fi
+
+if ! skip oscillation; then
+  say "capacity oscillation: ${BENCH_OSCILLATION_SECONDS:-300}s of a filler every 20 s under an elastic 2..4 job, this tree vs before the settling rules"
+  "$py" "$root/bench/capacity_oscillation.py" --out "$results/capacity_oscillation.json" \
+    --seconds "${BENCH_OSCILLATION_SECONDS:-300}"
 fi
 
 if ! skip kueue; then

@@ -90,10 +90,17 @@ class Party:
     """A measured client process (operator or baseline) scoped to one namespace."""
 
     def __init__(
-        self, party: str, cluster: BenchCluster, namespace: str, log_dir: Path, extra_args: tuple[str, ...] = ()
+        self,
+        party: str,
+        cluster: BenchCluster,
+        namespace: str,
+        log_dir: Path,
+        extra_args: tuple[str, ...] = (),
+        operator_src: Path | None = None,
     ):
         self.party, self.cluster, self.namespace = party, cluster, namespace
         self.extra_args = list(extra_args)  # more operator flags (the gang benchmark's --gang-scheduling)
+        self.operator_src = operator_src  # another tree's operator/src (a baseline), instead of this one
         self.log_path = log_dir / f"{party}-{namespace}.log"
         self.proc: subprocess.Popen | None = None
         # Ports of its own each run: a leftover process on a fixed port would answer for it.
@@ -101,6 +108,8 @@ class Party:
 
     def start(self) -> None:
         env = {**os.environ, "KUBECONFIG": str(self.cluster.kubeconfig(self.party)), "PYTHONUNBUFFERED": "1"}
+        if self.operator_src is not None:
+            env["PYTHONPATH"] = f"{self.operator_src.resolve()}:{env.get('PYTHONPATH', '')}"
         if self.party == "operator":
             args = [
                 sys.executable,

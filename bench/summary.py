@@ -184,8 +184,19 @@ def gang_rows(gang: dict) -> list[str]:
         f"| gang: time until every job has run | {until(on)} | {until(off)} (gang off) | "
         f"{_s(gang['time_ratio_on_vs_off'], 3) if gang.get('time_ratio_on_vs_off') else '-'} | - | - |",
     ]
+    before = gang.get("gang_off_no_timeout")
+    if before is not None:
+        timeout = off.get("placement_timeout_seconds")
+        ratio = gang.get("idle_gpu_seconds_ratio_after_vs_before")
+        rows += [
+            f"| pod by pod: GPU-seconds held by partly placed groups, placement timeout {timeout} s vs none "
+            f"({what}) | {_s(off['idle_gpu_seconds'])} | {_s(before['idle_gpu_seconds'])} (no timeout: the "
+            f"behaviour before it) | {_s(ratio, 3) if ratio is not None else '-'} | - | - |",
+            f"| pod by pod: time until every job has run, placement timeout vs none | {until(off)} | "
+            f"{until(before)} | - | all run | {'met' if off['all_ran'] else 'missed'} |",
+        ]
     elastic = gang.get("elastic")
-    if elastic:
+    if elastic and "error" not in elastic:
         rows.append(
             f"| elastic: node lost -> Running at the smaller size, p50 / p95 ({elastic['trials']} trials, "
             f"{elastic['node_lost_grace_seconds']} s node-lost grace included) | {_s(elastic['shrink_p50'])} / "
@@ -226,6 +237,21 @@ def deletion_rows(after: dict, before: dict | None) -> list[str]:
     ]
 
 
+def oscillation_rows(osc: dict) -> list[str]:
+    """Capacity that comes and goes: this tree vs the operator before the settling rules, same run."""
+    setup, before, after = osc["setup"], osc["baseline"], osc["this_tree"]
+    what = f"{setup['seconds']:.0f} s, a filler every {setup['toggle_seconds']:.0f} s, elastic {setup['elastic']}"
+    bound = osc["restart_bound"]
+    return [
+        f"| elastic under oscillating capacity: group restarts ({what}) | {after['restarts']} | "
+        f"{before['restarts']} (before the settling rules, {setup['baseline_commit']}) | "
+        f"{_s(osc['restarts_ratio'], 3) if osc.get('restarts_ratio') is not None else '-'} | <= {bound} | "
+        f"{'met' if after['restarts'] <= bound else 'missed'} |",
+        f"| elastic under oscillating capacity: fraction of wall time Running | {after['running_fraction']:.0%} | "
+        f"{before['running_fraction']:.0%} | - | - | - |",
+    ]
+
+
 def kueue_rows(queue: dict) -> list[str]:
     """A queue under Kueue: DDPJobs vs Kueue's own batch/v1 Job integration, same cluster, same run."""
     setup, ours, base = queue["setup"], queue["operator_ddpjob"], queue["baseline_batch_job"]
@@ -262,6 +288,7 @@ def render(results: Path) -> str:
         _load(results / "namespace_deletion_before.json"),
     )
     queue = _load(results / "kueue_queue.json")
+    oscillation = _load(results / "capacity_oscillation.json")
     machine = (scale or trainer or local or {}).get("machine", {})
     lines = [
         f"Measured on: {machine.get('cpus')} CPUs ({machine.get('cpu_model')}), {machine.get('memory_gib')} GiB, "
@@ -276,6 +303,7 @@ def render(results: Path) -> str:
         report_rows(report) if report else [],
         local_rows(local) if local else [],
         gang_rows(gang) if gang else [],
+        oscillation_rows(oscillation) if oscillation else [],
         deletion_rows(deletion, deletion_before) if deletion else [],
         kueue_rows(queue) if queue else [],
     ):

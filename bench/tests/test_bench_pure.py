@@ -18,7 +18,7 @@ from latency_stats import percentile, summarize
 from local_recovery import TOLERANCE_S, check_parts, parse_breakdown, parse_restarts
 from operator_scale import ratios, verdicts
 from request_counts import RequestCounts, parse_counts
-from summary import gang_rows, local_rows, scale_rows, trainer_rows
+from summary import gang_rows, local_rows, oscillation_rows, scale_rows, trainer_rows
 from trainer_summary import join_scaling
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -241,6 +241,61 @@ def test_gang_rows_name_the_baseline_and_a_run_that_never_finished():
     rows = gang_rows({"gang_on": on, "gang_off": off, "setup": setup, "time_ratio_on_vs_off": None})
     assert "| 0.0 | 11520.0 (gang off) |" in rows[0] and rows[0].endswith("| met |")
     assert "71.0 s" in rows[1] and "not all: 0/12 ran in 180.0 s" in rows[1]
+
+
+def test_pod_by_pod_rows_compare_the_placement_timeout_with_none():
+    setup = {"jobs": 12, "pods_per_job": 4, "gpus_per_pod": 8, "room_for_jobs": 2}
+    ran = {
+        "idle_gpu_seconds": 900.0,
+        "all_ran": True,
+        "seconds_until_all_ran": 300.0,
+        "jobs_ran": 12,
+        "jobs": 12,
+        "seconds_observed": 300.0,
+        "placement_timeout_seconds": 30,
+    }
+    stuck = {
+        "idle_gpu_seconds": 11520.0,
+        "all_ran": False,
+        "seconds_until_all_ran": None,
+        "jobs_ran": 0,
+        "jobs": 12,
+        "seconds_observed": 180.0,
+        "placement_timeout_seconds": 86400,
+    }
+    rows = gang_rows(
+        {
+            "gang_on": ran,
+            "gang_off": ran,
+            "gang_off_no_timeout": stuck,
+            "setup": setup,
+            "idle_gpu_seconds_ratio_after_vs_before": 0.078,
+        }
+    )
+    assert "placement timeout 30 s vs none" in rows[2] and "| 900.0 | 11520.0 (no timeout" in rows[2]
+    assert "| 0.078 |" in rows[2]
+    assert rows[3].endswith("| all run | met |") and "not all: 0/12 ran in 180.0 s" in rows[3]
+
+
+def test_oscillation_rows_hold_the_restarts_to_the_bound():
+    run = {"restarts": 1, "running_fraction": 0.93}
+    before = {"restarts": 14, "running_fraction": 0.52}
+    setup = {"seconds": 300, "toggle_seconds": 20, "elastic": "2..4 pods x 8 GPUs", "baseline_commit": "abc1234"}
+    rows = oscillation_rows(
+        {"setup": setup, "baseline": before, "this_tree": run, "restart_bound": 2, "restarts_ratio": 0.071}
+    )
+    assert "| 1 | 14 (before the settling rules, abc1234) | 0.071 | <= 2 | met |" in rows[0]
+    assert "| 93% | 52% |" in rows[1]
+    rows = oscillation_rows(
+        {
+            "setup": setup,
+            "baseline": before,
+            "this_tree": {**run, "restarts": 3},
+            "restart_bound": 2,
+            "restarts_ratio": None,
+        }
+    )
+    assert rows[0].endswith("| missed |")
 
 
 def test_the_benchmarks_page_shows_the_table_the_results_give():
