@@ -187,19 +187,22 @@ def gang_rows(gang: dict) -> list[str]:
     before = gang.get("gang_off_no_timeout")
     if before is not None:
         timeout = off.get("placement_timeout_seconds")
-        ratio = gang.get("idle_gpu_seconds_ratio_after_vs_before")
+        after_avg = off["idle_gpu_seconds"] / off["seconds_observed"]
+        before_avg = before["idle_gpu_seconds"] / before["seconds_observed"]
         rows += [
-            f"| pod by pod: GPU-seconds held by partly placed groups, placement timeout {timeout} s vs none "
-            f"({what}) | {_s(off['idle_gpu_seconds'])} | {_s(before['idle_gpu_seconds'])} (no timeout: the "
-            f"behaviour before it) | {_s(ratio, 3) if ratio is not None else '-'} | - | - |",
+            f"| pod by pod: GPUs held by partly placed groups, on average over the run, placement timeout {timeout} s"
+            f" vs none ({what}) | {after_avg:.1f} ({_s(off['idle_gpu_seconds'])} GPU-s in "
+            f"{_s(off['seconds_observed'])} s) | {before_avg:.1f} ({_s(before['idle_gpu_seconds'])} GPU-s in "
+            f"{_s(before['seconds_observed'])} s; no timeout: the behaviour before it) | "
+            f"{after_avg / before_avg:.3f} | - | - |",
             f"| pod by pod: time until every job has run, placement timeout vs none | {until(off)} | "
             f"{until(before)} | - | all run | {'met' if off['all_ran'] else 'missed'} |",
         ]
     elastic = gang.get("elastic")
     if elastic and "error" not in elastic:
         rows.append(
-            f"| elastic: node lost -> Running at the smaller size, p50 / p95 ({elastic['trials']} trials, "
-            f"{elastic['node_lost_grace_seconds']} s node-lost grace included) | {_s(elastic['shrink_p50'])} / "
+            f"| elastic: node lost (tainted out-of-service) -> Running at the smaller size, p50 / p95 "
+            f"({elastic['trials']} trials) | {_s(elastic['shrink_p50'])} / "
             f"{_s(elastic['shrink_p95'])} s | - | - | - | - |"
         )
         rows.append(

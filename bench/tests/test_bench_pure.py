@@ -272,8 +272,9 @@ def test_pod_by_pod_rows_compare_the_placement_timeout_with_none():
             "idle_gpu_seconds_ratio_after_vs_before": 0.078,
         }
     )
-    assert "placement timeout 30 s vs none" in rows[2] and "| 900.0 | 11520.0 (no timeout" in rows[2]
-    assert "| 0.078 |" in rows[2]
+    assert "placement timeout 30 s vs none" in rows[2]
+    assert "| 3.0 (900.0 GPU-s in 300.0 s) | 64.0 (11520.0 GPU-s in 180.0 s; no timeout" in rows[2]
+    assert "| 0.047 |" in rows[2]
     assert rows[3].endswith("| all run | met |") and "not all: 0/12 ran in 180.0 s" in rows[3]
 
 
