@@ -20,13 +20,18 @@ from namespaced_kubectl import Kube
 COMPONENTS = ("kube-apiserver", "kube-controller-manager", "kube-scheduler")
 
 
-def restart_control_plane(cluster, gang: bool) -> None:
-    env = {**os.environ, "GANG_SCHEDULING": "1" if gang else "0"}
-    for component in COMPONENTS:
+def restart(components: tuple[str, ...], mode: str) -> None:
+    """Stop, then start, these components of the local cluster with GANG_SCHEDULING=mode (hack/cluster.sh)."""
+    env = {**os.environ, "GANG_SCHEDULING": mode}
+    for component in components:
         subprocess.run(["bash", str(CLUSTER_SH), "stop", component], check=True, capture_output=True, timeout=60)
-    for component in COMPONENTS:
+    for component in components:
         subprocess.run(["bash", str(CLUSTER_SH), "start", component], check=True, capture_output=True, timeout=180,
                        env=env)
+
+
+def restart_control_plane(cluster, gang: bool) -> None:
+    restart(COMPONENTS, "1" if gang else "0")
 
     def serves_podgroups() -> bool:
         out = cluster.kubectl("api-resources", "--api-group=scheduling.k8s.io", "-o", "name", check=False)
@@ -66,22 +71,15 @@ def test_without_the_podgroup_api_jobs_run_pod_by_pod_and_say_so(cluster, withou
         op.stop()
 
 
-def restart_scheduler(cluster, mode: str) -> None:
-    """The scheduler alone, restarted with GANG_SCHEDULING=mode (hack/cluster.sh): "api" leaves it at its default
-    feature gates, so it places pods one by one while the API server still serves PodGroups."""
-    env = {**os.environ, "GANG_SCHEDULING": mode}
-    subprocess.run(["bash", str(CLUSTER_SH), "stop", "kube-scheduler"], check=True, capture_output=True, timeout=60)
-    subprocess.run(["bash", str(CLUSTER_SH), "start", "kube-scheduler"], check=True, capture_output=True, timeout=180,
-                   env=env)
-
-
 @pytest.fixture
 def scheduler_without_gangs(cluster, crds):
-    restart_scheduler(cluster, "api")
+    """The scheduler alone restarted with GANG_SCHEDULING=api: at its default feature gates it places pods one by
+    one while the API server still serves PodGroups."""
+    restart(("kube-scheduler",), "api")
     try:
         yield
     finally:
-        restart_scheduler(cluster, "1")
+        restart(("kube-scheduler",), "1")
 
 
 @pytest.mark.disrupts_cluster
