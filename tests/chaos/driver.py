@@ -51,6 +51,7 @@ class WorkloadDriver:
         self.api_errors = 0
         self.last_api_error = ""
         self.node_down_since: float | None = None
+        self.node_down_kind = ""
 
     def run(self, timeout: float) -> None:
         started = time.monotonic()
@@ -157,14 +158,16 @@ class WorkloadDriver:
         if not waiting:
             return
         node = waiting[0].script.node
-        kind = waiting[0].script.faults[waiting[0].injected].kind
+        # Once the node is down for good the fault is counted (injected moved past it): remember what is under way.
+        kind = self.node_down_kind if self.node_down_since is not None else waiting[0].script.faults[
+            waiting[0].injected].kind
         expecting = [r for r in self.runs.values() if r.script.node == node and not r.done
                      and r.injected < len(r.script.faults) and r.script.faults[r.injected].kind == kind]
         if self.node_down_since is None:
             if len(waiting) < len(expecting):
                 return  # wait until every pinned job runs, so one node failure hits them all
             f.take_node_down(self.core, node)
-            self.node_down_since = time.monotonic()
+            self.node_down_since, self.node_down_kind = time.monotonic(), kind
             for run in waiting:
                 run.blip_attempt = run.attempt if kind == f.NODE_BLIP else None
                 if kind == f.NODE_LOST:
