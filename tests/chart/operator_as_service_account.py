@@ -8,7 +8,6 @@ from __future__ import annotations
 import base64
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -21,14 +20,9 @@ import yaml
 
 from chart_tools import CHART, ROOT, helm, set_flags
 from support.cluster import Cluster, delete_namespace, wait_until
+from support.ports import free_port
 
 RELEASE = "ddpjob"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def create_namespace(cluster: Cluster, name: str) -> str:

@@ -13,7 +13,7 @@ from pathlib import Path
 import yaml
 
 from chart_tools import binary
-from operator_as_service_account import free_port
+from support.ports import free_port
 from support.cluster import wait_until
 
 

@@ -17,7 +17,7 @@ import pytest
 
 import prometheus_server
 from chart_tools import ROOT, dashboard, rule_groups
-from operator_as_service_account import free_port
+from support.ports import free_port
 from promql_names import dashboard_metric_names, rule_metric_names
 from support.cluster import wait_until
 

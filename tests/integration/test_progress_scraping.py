@@ -11,7 +11,7 @@ import time
 import pytest
 
 from support.cluster import wait_until
-from support.operator import free_port
+from support.ports import free_port
 
 from ddpjob_manifests import ddpjob
 

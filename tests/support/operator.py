@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
 import urllib.request
 from pathlib import Path
+
+from support.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 CRD_DIR = ROOT / "crds"
@@ -23,12 +24,6 @@ FAST_ENV = {
     "DDPJOB_UNREACHABLE_FORCE_DELETE_SECONDS": "5",
     "DDPJOB_PROGRESS_INTERVAL_SECONDS": "2",
 }
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class OperatorProcess:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -18,12 +17,6 @@ ROOT = Path(__file__).resolve().parents[2]
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run"]
 # The image's entrypoint: torchrun that puts a failed worker's stderr tail in the error file.
 DDP_TORCHRUN = [sys.executable, "-m", "ddp_trainer.torchrun"]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def trainer_env(**extra: str) -> dict[str, str]:

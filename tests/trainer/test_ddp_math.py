@@ -7,7 +7,7 @@ import torch
 import torch.multiprocessing as mp
 
 import ddp_math_worker as w
-from launch import free_port
+from support.ports import free_port
 
 SCENARIOS = [("union_b7", 7, 1, []), ("accum_b12_k3", 12, 3, []), ("accum_b10_k2", 10, 2, []),
              ("static_graph_accum_b12_k3", 12, 3, ["--ddp.static-graph", "true"]),

@@ -8,7 +8,8 @@ import urllib.request
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from launch import PROGRESS, free_port, start, standalone_cmd, stop, trainer_env, wait_for_line
+from launch import PROGRESS, start, standalone_cmd, stop, trainer_env, wait_for_line
+from support.ports import free_port
 
 SERIES = ["ddp_trainer_step", "ddp_trainer_samples_total", "ddp_trainer_samples_per_second", "ddp_trainer_loss",
           "ddp_trainer_learning_rate", "ddp_trainer_world_size", "ddp_trainer_restart_count",

@@ -6,20 +6,14 @@ the platform's class). The termination log here is the real one torchrun writes,
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 from datetime import datetime, timezone
 
+from support.ports import free_port
 from ddpjob_operator import failures
 from ddpjob_operator.failure_class import PLATFORM, class_of
 from ddpjob_operator.restart_policy import RESTART, RestartBudget, decide_restart
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def test_a_rendezvous_timeout_is_not_the_trainers_exit_code(tmp_path):

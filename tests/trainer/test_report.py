@@ -20,12 +20,7 @@ from ddp_trainer import metrics, report
 from ddp_trainer.config import MetricsConfig, env_name
 from ddp_trainer.report import ProgressReporter
 from ddpjob_operator.progress import parse_progress
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from support.ports import free_port, free_port_block
 
 
 def scrape(address: tuple[str, int]) -> str:
@@ -153,7 +148,7 @@ def test_a_port_in_use_warns_once_and_does_not_raise():
 
 
 def test_a_second_rank_on_the_same_machine_serves_on_its_own_port():
-    base = free_port()
+    base = free_port_block(2)
     ranks = [ProgressReporter(base, {"POD_IP": "127.0.0.1", "LOCAL_RANK": str(r), "RANK": str(r)}) for r in (0, 1)]
     try:
         with warnings.catch_warnings():

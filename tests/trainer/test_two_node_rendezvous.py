@@ -5,7 +5,8 @@ import re
 import sys
 import uuid
 
-from launch import DONE, PROGRESS, free_port, start, stop, trainer_env
+from launch import DONE, PROGRESS, start, stop, trainer_env
+from support.ports import free_port
 
 NODES, PROCS = 2, 2
 

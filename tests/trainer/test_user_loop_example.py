@@ -9,22 +9,16 @@ import math
 import os
 import re
 import signal
-import socket
 import urllib.request
 from pathlib import Path
 
 from launch import ROOT, TORCHRUN, run, start, trainer_env, worker_pids
 from support.cluster import wait_until
+from support.ports import free_port_block
 
 from ddpjob_operator.progress import parse_progress
 
 SCRIPT = ROOT / "examples" / "user-loop" / "train.py"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def user_loop_cmd(*args: str) -> list[str]:
@@ -53,7 +47,7 @@ def kill_tree(proc) -> None:
 
 
 def test_the_example_reports_progress_and_resumes_at_its_checkpoint_after_a_worker_is_killed(tmp_path):
-    port, ck = free_port(), tmp_path / "ck"
+    port, ck = free_port_block(2), tmp_path / "ck"
     env = trainer_env(POD_IP="127.0.0.1", DDP_TRAINER_METRICS_PORT=str(port))
     args = ["--checkpoint-dir", str(ck), "--checkpoint-every", "20", "--log-every", "10"]
     proc = start(user_loop_cmd("--steps", "1000000", *args), env=env, log=tmp_path / "first.log")
@@ -61,7 +55,8 @@ def test_the_example_reports_progress_and_resumes_at_its_checkpoint_after_a_work
         seen = wait_until(lambda: (p := progress(port)).get("step", 0) >= 60 and "samplesPerSecond" in p and p,
                           timeout=120, interval=0.2, what="step 60 on worker 0's endpoint")
         assert math.isfinite(seen["loss"]) and seen["samplesPerSecond"] > 0, seen
-        assert progress(port + 1).get("step", 0) >= 60  # local rank 1 serves on base + 1
+        wait_until(lambda: progress(port + 1).get("step", 0) >= 60, timeout=60, interval=0.2,
+                   what="step 60 on worker 1's endpoint (local rank 1 serves on base + 1)")
         victim = wait_until(lambda: worker_pids(proc.pid)[-1:], what="torchrun's workers")[0]
         os.kill(victim, signal.SIGKILL)
         assert proc.wait(timeout=60) != 0  # no restarts allowed: torchrun stops the group and fails
