@@ -39,6 +39,14 @@ def node_ready(core: client.CoreV1Api, name: str) -> bool:
     return any(c.type == "Ready" and c.status == "True" for c in conditions)
 
 
+def node_schedulable(core: client.CoreV1Api, name: str) -> bool:
+    """Ready, and the node lifecycle controller has lifted the `node.kubernetes.io/not-ready` taint it puts on a
+    new node: until then the scheduler (and the operator's capacity estimate) leave it out."""
+    node = core.read_node(name)
+    ready = any(c.type == "Ready" and c.status == "True" for c in node.status.conditions or [])
+    return ready and not any(t.key.startswith("node.kubernetes.io/") for t in node.spec.taints or [])
+
+
 def take_node_down(core: client.CoreV1Api, name: str) -> None:
     """kwok stops managing the node and its pods, like a kubelet that died; then the node reports NotReady."""
     core.patch_node(name, {"metadata": {"annotations": {"kwok.x-k8s.io/node": None}}})
@@ -76,7 +84,8 @@ def delete_node(core: client.CoreV1Api, name: str) -> None:
 
 class NodePool:
     """kwok nodes of one test's own, labelled pool=<name> (plus any labels given), 8 GPUs each unless told:
-    pool(n, gpus=8, **labels) makes n of them and waits until they are Ready; delete() removes them all."""
+    pool(n, gpus=8, **labels) makes n of them and waits until they are Ready and schedulable; delete() removes
+    them all."""
 
     def __init__(self, core: client.CoreV1Api, name: str):
         self.core, self.name, self.made = core, name, []
@@ -87,7 +96,8 @@ class NodePool:
             create_spare_node(self.core, name, labels={"pool": self.name, **labels}, gpus=gpus)
             self.made.append(name)
         for name in names:
-            wait_until(lambda name=name: node_ready(self.core, name), timeout=60, what=f"node {name} Ready")
+            wait_until(lambda name=name: node_schedulable(self.core, name), timeout=60,
+                       what=f"node {name} Ready, without the not-ready taint")
         return names
 
     def delete(self) -> None:

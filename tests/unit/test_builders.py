@@ -39,7 +39,8 @@ def test_worker_pod_names_labels_and_dns():
     assert pod["metadata"]["labels"] == {
         "app.kubernetes.io/name": "ddpjob", "app.kubernetes.io/instance": "j",
         "app.kubernetes.io/component": "worker", "app.kubernetes.io/managed-by": "ddpjob-operator",
-        "ddpjob.dev/job-name": "j", "ddpjob.dev/replica-index": "1", "ddpjob.dev/restart-attempt": "3"}
+        "ddpjob.dev/job-name": "j", "ddpjob.dev/replica-index": "1", "ddpjob.dev/restart-attempt": "3",
+        "ddpjob.dev/replicas": "2"}
     assert pod["spec"]["hostname"] == "j-worker-1"
     assert pod["spec"]["subdomain"] == "j"
     assert pod["spec"]["restartPolicy"] == "Never"

@@ -223,6 +223,21 @@ def test_a_new_elastic_job_starts_at_the_size_that_fits():
     assert plan.create_podgroup["spec"]["schedulingPolicy"]["gang"]["minCount"] == 3
 
 
+def test_the_first_pods_keep_their_size_while_the_first_status_waits_to_be_written():
+    """The first status is written by the pass that sees the first pods: a pass in between, with a new estimate,
+    must not grow the attempt under a PodGroup of the old size (a gang of 2 among 4 pods: placed in part)."""
+    job = make_job("a").replicas(4).elastic(2, 4).gpus(4)
+    first = plan_with(job, capacity=2)
+    assert first.defer_status and len(first.create_pods) == 2
+    assert all(p["metadata"]["labels"][api.LABEL_REPLICAS] == "2" for p in first.create_pods)
+    seen = [dict(p, metadata={**p["metadata"], "uid": f"u{i}", "creationTimestamp": ago(1)}, status={})
+            for i, p in enumerate(first.create_pods)]
+    group = dict(first.create_podgroup, status={})
+    group["metadata"] = {**group["metadata"], "uid": "g0", "creationTimestamp": ago(1)}
+    again = plan_with(job, seen, podgroups=[group], capacity=4)
+    assert (again.status["replicas"], again.create_pods, again.create_podgroup) == (2, [], None)
+
+
 def test_an_unplaceable_pod_without_a_gang_is_reported_too():
     job = launched(make_job("a").replicas(2))
     pods = pending_pods("a", 2)

@@ -13,6 +13,8 @@ LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
 LABEL_JOB_NAME = "ddpjob.dev/job-name"
 LABEL_REPLICA_INDEX = "ddpjob.dev/replica-index"
 LABEL_ATTEMPT = "ddpjob.dev/restart-attempt"
+# The attempt's size, on each of its pods: the record of a decision already acted on (planner.py reads it back).
+LABEL_REPLICAS = "ddpjob.dev/replicas"
 
 MANAGED_BY = "ddpjob-operator"
 TRAINER_CONTAINER = "trainer"

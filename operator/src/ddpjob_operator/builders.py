@@ -147,7 +147,11 @@ def build_worker_pod(
             "name": name,
             "namespace": job.namespace,
             # The operator's labels win over the template's: they are how pods are found and counted.
-            "labels": {**(meta.get("labels") or {}), **worker_labels(job.name, index, attempt)},
+            "labels": {
+                **(meta.get("labels") or {}),
+                **worker_labels(job.name, index, attempt),
+                api.LABEL_REPLICAS: str(size if size is not None else spec.replicas),
+            },
             "annotations": dict(meta.get("annotations") or {}),
             "ownerReferences": [owner_reference(job)],
             "finalizers": [

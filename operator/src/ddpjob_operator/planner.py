@@ -124,7 +124,9 @@ def plan_release_orphans(pods: list[dict[str, Any]]) -> Plan:
     return plan
 
 
-def initial_status(job: str, spec: JobSpec, capacity: int | None = None) -> JobStatus:
+def initial_status(
+    job: str, spec: JobSpec, capacity: int | None = None, pods: list[dict[str, Any]] | None = None
+) -> JobStatus:
     status: JobStatus = {
         "phase": c.PENDING,
         "conditions": [],
@@ -133,13 +135,26 @@ def initial_status(job: str, spec: JobSpec, capacity: int | None = None) -> JobS
         "platformRestarts": 0,
         "selector": api.selector(job),
     }
-    return sized(status, spec, _start_size(spec, capacity))
+    recorded = _recorded_size(pods or [], attempt=0)
+    return sized(status, spec, recorded if recorded is not None else _start_size(spec, capacity))
 
 
 def _start_size(spec: JobSpec, capacity: int | None) -> int:
     return size_to_start(
         desired=spec.replicas, minimum=spec.elastic.min_replicas if spec.elastic else None, fits=capacity
     )
+
+
+def _recorded_size(pods: list[dict[str, Any]], attempt: int) -> int | None:
+    """The size an attempt's existing pods were created for. The first status is written by the pass that sees
+    the first pods (_launched), not the one that creates them: a pass in between must not decide the size again
+    from an estimate that has changed since (a PodGroup of the old size under more pods: a gang placed in part,
+    Pending for ever)."""
+    for pod in pods:
+        labels = pod["metadata"].get("labels") or {}
+        if labels.get(api.LABEL_ATTEMPT) == str(attempt) and str(labels.get(api.LABEL_REPLICAS, "")).isdigit():
+            return int(labels[api.LABEL_REPLICAS])
+    return None
 
 
 # A cache that shows two pods under one name is between a pod's deletion and its successor's creation: the watch
@@ -160,7 +175,7 @@ def plan_reconcile(obs: Observed, settings: PlannerSettings = PlannerSettings())
     old = status_of(job)
     status = copy.deepcopy(old)
     if "attempt" not in status:
-        status = initial_status(ref.name, spec, obs.capacity) | status
+        status = initial_status(ref.name, spec, obs.capacity, obs.pods) | status
         plan.observe("jobs_created")
     status["observedGeneration"] = meta.get("generation", 1)
     status["placement"] = gang.placement_of(spec.template, obs.gang)
