@@ -1,6 +1,8 @@
 """The capacity estimate's cost per pass (issue 21): one elastic job's WatchCache.capacity() over N nodes and M
-bound pods, as the watch-cache indexes hold them (built with the operator's own index functions). Pure CPU, no
-cluster. --operator-src measures another tree's operator/src (a git worktree) the same way, as the baseline.
+bound pods, as the watch-cache indexes hold them (built with the operator's own index functions), when nothing
+changed since the last pass and right after one pod event (one bound pod replaced on one node). Pure CPU, no
+cluster. The baseline is another tree's operator/src measured the same way: --baseline-commit (a git worktree of
+it; default: the tree before the estimate kept any cache) or --operator-src.
 
 Usage: bench/capacity_estimate.py --out bench/results/capacity_estimate.json [--nodes 1000 --pods 10000]"""
 
@@ -12,8 +14,13 @@ import os
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+# The tree before 4eb58ae, the first of the estimate's caches: every pass parsed every node and summed every pod.
+BASELINE_COMMIT = "4eb58ae^"
 
 
 def measure(nodes: int, pods: int, calls: int) -> dict:
@@ -31,11 +38,10 @@ def measure(nodes: int, pods: int, calls: int) -> dict:
             },
         }
         node_index[f"n{i}"] = [wc.slim_node(body)]
-    bound: dict[str, list] = {}
-    for j in range(pods):
-        node_name = f"n{j % nodes}"
-        pod = {
-            "metadata": {"uid": f"u{j}"},
+
+    def pod_on(node_name: str, uid: str) -> dict:
+        return {
+            "metadata": {"uid": uid},
             "spec": {
                 "nodeName": node_name,
                 "containers": [
@@ -44,7 +50,11 @@ def measure(nodes: int, pods: int, calls: int) -> dict:
             },
             "status": {"phase": "Running"},
         }
-        bound.setdefault(node_name, []).append(wc.bound_pod(pod))
+
+    bound: dict[str, list] = {}
+    for j in range(pods):
+        node_name = f"n{j % nodes}"
+        bound.setdefault(node_name, []).append(wc.bound_pod(pod_on(node_name, f"u{j}")))
     job = {
         "metadata": {"name": "el", "namespace": "ns", "uid": "job"},
         "spec": {
@@ -61,9 +71,18 @@ def measure(nodes: int, pods: int, calls: int) -> dict:
         started = time.perf_counter()
         fits = cache.capacity(job, set())
         times.append(time.perf_counter() - started)
+    changed = []
+    for i in range(calls):
+        node_name = f"n{i % nodes}"
+        held = bound.setdefault(node_name, [])
+        held[-1:] = [wc.bound_pod(pod_on(node_name, f"event-{i}"))]  # one pod's event: a new index entry
+        started = time.perf_counter()
+        cache.capacity(job, set())
+        changed.append(time.perf_counter() - started)
     return {
         "median_ms": round(1000 * statistics.median(times), 2),
         "p95_ms": round(1000 * sorted(times)[int(0.95 * (len(times) - 1))], 2),
+        "after_one_pod_event_median_ms": round(1000 * statistics.median(changed), 2),
         "fits": fits,
         "calls": calls,
     }
@@ -76,11 +95,30 @@ def main() -> int:
     p.add_argument("--pods", type=int, default=10000)
     p.add_argument("--calls", type=int, default=50)
     p.add_argument("--operator-src", type=Path, default=None)
+    p.add_argument("--baseline-commit", default=BASELINE_COMMIT)
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     a = p.parse_args()
     if a.child:
         print(json.dumps(measure(a.nodes, a.pods, a.calls)))
         return 0
+    tree, a.baseline_label = None, str(a.operator_src or "")
+    if a.operator_src is None and a.baseline_commit:
+        a.baseline_label = f"git {a.baseline_commit}"
+        tree = Path(tempfile.mkdtemp(prefix="ddpjob-estimate-baseline-")) / "tree"
+        subprocess.run(
+            ["git", "-C", str(ROOT), "worktree", "add", "--detach", str(tree), a.baseline_commit],
+            check=True,
+            capture_output=True,
+        )
+        a.operator_src = tree / "operator" / "src"
+    try:
+        return report(a)
+    finally:
+        if tree is not None:
+            subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(tree)], capture_output=True)
+
+
+def report(a: argparse.Namespace) -> int:
     results = {}
     for name, src in (("baseline", a.operator_src), ("this tree", None)):
         if name == "baseline" and src is None:
@@ -110,11 +148,18 @@ def main() -> int:
 
     doc = {
         "machine": describe_machine(),
-        "setup": {"nodes": a.nodes, "bound_pods": a.pods, "baseline_src": str(a.operator_src or "")},
+        "setup": {
+            "nodes": a.nodes,
+            "bound_pods": a.pods,
+            "baseline": a.baseline_label,
+        },
         **results,
     }
     if "baseline" in results:
         doc["ratio"] = round(results["this tree"]["median_ms"] / results["baseline"]["median_ms"], 3)
+        if "after_one_pod_event_median_ms" in results["baseline"]:
+            key = "after_one_pod_event_median_ms"
+            doc["ratio_after_one_pod_event"] = round(results["this tree"][key] / results["baseline"][key], 3)
     print(json.dumps(doc, indent=1))
     if a.out:
         a.out.write_text(json.dumps(doc, indent=1))

@@ -14,7 +14,8 @@
 #   BENCH_KUEUE_JOBS=100 BENCH_KUEUE_QUOTA=10 BENCH_KUEUE_RUN_SECONDS=10   a queue under Kueue vs its batch/v1 Job
 #   BENCH_OSCILLATION_SECONDS=300     capacity oscillation: an elastic job under a filler tenant every 20 s, this tree
 #                                     vs the operator before the settling rules (a git worktree of e0edcad^)
-#   BENCH_SKIP="local"                any of: trainer scale gang oscillation deletion kueue local (skip those parts)
+#   BENCH_SKIP="local"                any of: trainer scale gang estimate oscillation deletion kueue local (skip those
+#                                     parts)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 py="$root/.venv/bin/python"
@@ -53,6 +54,11 @@ if ! skip gang; then
   say "gang placement under contention: ${BENCH_GANG_JOBS:-12} jobs x 4 pods x 8 GPUs on ${BENCH_GANG_NODES:-8} kwok nodes, gang on vs off"
   "$py" "$root/bench/gang_contention.py" --out "$results/gang_contention.json" --jobs "${BENCH_GANG_JOBS:-12}" \
     --nodes "${BENCH_GANG_NODES:-8}"
+fi
+
+if ! skip estimate; then
+  say "capacity estimate: one elastic pass over 1,000 nodes and 10,000 bound pods, idle and after one pod event, this tree vs before its caches"
+  "$py" "$root/bench/capacity_estimate.py" --out "$results/capacity_estimate.json"
 fi
 
 if ! skip oscillation; then

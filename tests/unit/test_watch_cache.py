@@ -167,3 +167,39 @@ def test_a_pod_nominated_for_a_node_holds_its_room_as_a_bound_one_does():
     assert held_on(pod) == "n3" and bound_pod(pod) is not None
     assert held_on(make_pod("x", 0).on_node("n1").build()) == "n1"
     assert held_on(make_pod("x", 0).on_node("n1").succeeded().build()) is None
+
+
+def gpu_node(name, gpus="8"):
+    return slim_node({"metadata": {"name": name}, "spec": {},
+                      "status": {"conditions": [{"type": "Ready", "status": "True"}],
+                                 "allocatable": {"nvidia.com/gpu": gpus}}})
+
+
+def holder(uid, node, gpus):
+    from ddpjob_operator.watch_cache import bound_pod
+
+    return bound_pod({"metadata": {"uid": uid}, "status": {"phase": "Running"},
+                      "spec": {"nodeName": node, "containers": [
+                          {"name": "c", "resources": {"requests": {"nvidia.com/gpu": gpus}}}]}})
+
+
+def test_the_capacity_estimate_follows_every_change_and_parses_only_the_nodes_that_changed():
+    nodes = {f"n{i}": [gpu_node(f"n{i}")] for i in range(3)}
+    bound = {"n0": [holder("p0", "n0", "4")]}
+    job = make_job("a").replicas(4).elastic(1, 4).gpus(4).build()
+    cache = WatchCache({KEY: [job]}, {}, nodes, [], bound_pods=bound)
+    assert cache.capacity(job, set()) == 5  # n0 holds 1 more 4-GPU pod, n1 and n2 2 each
+    before = {room.name: room for room in cache._rooms()[0]}
+
+    bound["n1"] = [holder("p1", "n1", "8")]  # a pod bound on n1
+    assert cache.capacity(job, set()) == 3
+    after = {room.name: room for room in cache._rooms()[0]}
+    assert after["n0"] is before["n0"] and after["n2"] is before["n2"], "unchanged nodes are not parsed again"
+    assert cache.capacity(job, {"p1"}) == 5, "the job's own pods' room is its own"
+
+    bound["n0"] = [holder("p0", "n0", "8")]  # resized in place: the same uid asks more
+    assert cache.capacity(job, set()) == 2
+    nodes["n2"] = [gpu_node("n2", gpus="4")]  # the node's allocatable changed
+    assert cache.capacity(job, set()) == 1
+    del nodes["n2"], bound["n1"]
+    assert cache.capacity(job, set()) == 2
