@@ -87,12 +87,21 @@ def test_a_scheduler_that_ignores_podgroups_is_found_out_and_jobs_go_pod_by_pod(
         cluster, scheduler_without_gangs, namespace, tmp_path):
     """The API server serves PodGroups, so the operator starts with gangs; the scheduler binds the first attempt's
     pods without a word on its PodGroup. The operator then says `PodByPod` (never `Gang` for what nothing
-    enforces), once in its log and with a GangNotEnforced event, and the next attempt gets no PodGroup."""
+    enforces), once in its log and with a GangNotEnforced event, and the next attempt gets no PodGroup. A gang the
+    scheduler never speaks of does not hide its pods' own Unschedulable."""
     op = OperatorProcess(cluster.kubeconfig, [namespace], tmp_path / "operator.log", verbose=False)
     op.start()
     try:
         kube = Kube(cluster, namespace)
+        kube.apply(ddpjob("toobig", replicas=2, gpus=64))  # no node has 64 GPUs
         kube.apply(ddpjob("plain", replicas=2, gpus=1))
+        big = kube.wait_status("toobig", lambda s: s.get("reason") == "Unschedulable", timeout=90,
+                               what="toobig Unschedulable in its pods' words")
+        placed = next(c for c in big["conditions"] if c["type"] == "PodsPlaced")
+        assert placed["status"] == "False" and "Insufficient nvidia.com/gpu" in placed["message"], placed
+        group = cluster.kubectl("-n", namespace, "get", "podgroups.scheduling.k8s.io", "toobig-0", "-o",
+                                "jsonpath={.status.conditions}").stdout
+        assert "PodGroupScheduled" not in group, group
         status = kube.wait_phase("plain", "Running", timeout=150)
         pods = kube.running_pods("plain", attempt=status["attempt"], n=2, timeout=60)
         assert all(p["spec"].get("schedulingGroup") for p in pods), "the first attempt was made a gang"

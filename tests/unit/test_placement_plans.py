@@ -118,6 +118,20 @@ def test_an_unplaceable_gang_is_reported_with_the_schedulers_words_once():
     assert again.events == [] and again.status is None
 
 
+def test_a_gang_without_a_verdict_does_not_hide_its_pods_unschedulable():
+    """A scheduler that ignores PodGroups never writes the gang's condition; the pods' own verdict is shown."""
+    job = launched(make_job("a").replicas(2))
+    pods = pending_pods("a", 2)
+    pods[0]["status"]["conditions"] = [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+                                        "message": "0/4 nodes are available: 4 Insufficient nvidia.com/gpu"}]
+    plan = plan_with(job, pods, podgroups=[podgroup("a-0", 0)])
+    placed = next(c for c in plan.status["conditions"] if c["type"] == "PodsPlaced")
+    assert (placed["status"], placed["reason"], plan.status["reason"]) == ("False", "Unschedulable", "Unschedulable")
+    assert "4 Insufficient nvidia.com/gpu" in placed["message"]
+    placed_gang = plan_with(job, pods, podgroups=[podgroup("a-0", 0, scheduled=True)])
+    assert placed_gang.status is None or placed_gang.status.get("reason") != "Unschedulable"
+
+
 def test_podgroups_of_earlier_attempts_are_deleted():
     job = make_job("a").replicas(2).running(attempt=1)
     plan = plan_with(job, running_pods("a", 2, attempt=1), podgroups=[podgroup("a-0", 0), podgroup("a-1", 1)])

@@ -15,7 +15,7 @@ PLACED = "PodsPlaced"  # condition: False with the scheduler's reason while the 
 
 def unschedulable(obs: Observed, status: JobStatus, current: list[dict[str, Any]]) -> gang.Verdict | None:
     """The scheduler's word that the current attempt cannot be placed: its gang's condition, or (placed pod by
-    pod) a pending pod's PodScheduled=False."""
+    pod, or while the gang has no condition) a pending pod's PodScheduled=False."""
     pod_verdict = None
     for pod in current:
         if (pod.get("spec") or {}).get("nodeName"):
@@ -28,7 +28,11 @@ def unschedulable(obs: Observed, status: JobStatus, current: list[dict[str, Any]
     if group is None:
         return pod_verdict
     verdict = gang.verdict(group)
-    if verdict.scheduled is not False:
+    if verdict.scheduled is None:
+        # No word from the gang: not yet (the scheduler writes the pods' conditions first), or never (a scheduler
+        # that ignores PodGroups: gang_discovery.py). The pods' own verdict is the scheduler's word meanwhile.
+        return pod_verdict
+    if verdict.scheduled:
         return None
     # The gang's own message is generic ("pod group is unschedulable"); a member pod's says what is short.
     detail = pod_verdict.message if pod_verdict is not None and "pod group" not in pod_verdict.message else ""
