@@ -255,6 +255,23 @@ def oscillation_rows(osc: dict) -> list[str]:
     ]
 
 
+def estimate_rows(est: dict) -> list[str]:
+    """One elastic pass's capacity estimate: this tree vs the tree before the estimate kept any cache, same run."""
+    setup, before, after = est["setup"], est["baseline"], est["this tree"]
+    shape = f"capacity estimate, one elastic pass, {setup['nodes']:,} nodes / {setup['bound_pods']:,} bound pods"
+    rows = [
+        f"| {shape}, nothing changed | {_s(after['median_ms'], 2)} ms | {_s(before['median_ms'], 2)} ms "
+        f"({setup['baseline']}) | {_s(est.get('ratio'), 3)} | - | - |"
+    ]
+    if "after_one_pod_event_median_ms" in before:
+        rows.append(
+            f"| same, right after one pod event | {_s(after['after_one_pod_event_median_ms'], 2)} ms | "
+            f"{_s(before['after_one_pod_event_median_ms'], 2)} ms | {_s(est.get('ratio_after_one_pod_event'), 3)} | "
+            "- | - |"
+        )
+    return rows
+
+
 def kueue_rows(queue: dict) -> list[str]:
     """A queue under Kueue: DDPJobs vs Kueue's own batch/v1 Job integration, same cluster, same run."""
     setup, ours, base = queue["setup"], queue["operator_ddpjob"], queue["baseline_batch_job"]
@@ -292,6 +309,7 @@ def render(results: Path) -> str:
     )
     queue = _load(results / "kueue_queue.json")
     oscillation = _load(results / "capacity_oscillation.json")
+    estimate = _load(results / "capacity_estimate.json")
     machine = (scale or trainer or local or {}).get("machine", {})
     lines = [
         f"Measured on: {machine.get('cpus')} CPUs ({machine.get('cpu_model')}), {machine.get('memory_gib')} GiB, "
@@ -307,6 +325,7 @@ def render(results: Path) -> str:
         local_rows(local) if local else [],
         gang_rows(gang) if gang else [],
         oscillation_rows(oscillation) if oscillation else [],
+        estimate_rows(estimate) if estimate else [],
         deletion_rows(deletion, deletion_before) if deletion else [],
         kueue_rows(queue) if queue else [],
     ):

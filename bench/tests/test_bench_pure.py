@@ -299,6 +299,23 @@ def test_oscillation_rows_hold_the_restarts_to_the_bound():
     assert rows[0].endswith("| missed |")
 
 
+def test_estimate_rows_compare_idle_and_after_an_event_with_the_baseline():
+    from summary import estimate_rows
+
+    est = {
+        "setup": {"nodes": 1000, "bound_pods": 10000, "baseline": "git abc^"},
+        "baseline": {"median_ms": 20.0, "after_one_pod_event_median_ms": 21.0},
+        "this tree": {"median_ms": 3.0, "after_one_pod_event_median_ms": 5.0},
+        "ratio": 0.15,
+        "ratio_after_one_pod_event": 0.238,
+    }
+    rows = estimate_rows(est)
+    assert "1,000 nodes / 10,000 bound pods, nothing changed | 3.00 ms | 20.00 ms (git abc^) | 0.150 |" in rows[0]
+    assert "| same, right after one pod event | 5.00 ms | 21.00 ms | 0.238 |" in rows[1]
+    del est["baseline"]["after_one_pod_event_median_ms"]
+    assert len(estimate_rows(est)) == 1, "an older baseline run has no per-event figure"
+
+
 def test_the_benchmarks_page_shows_the_table_the_results_give():
     """docs/benchmarks.md's table is generated from bench/results (make bench rewrites it): a pasted or stale
     table fails here."""
