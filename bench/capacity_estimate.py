@@ -14,11 +14,11 @@ import os
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from worktree import operator_src_at  # bench/ is on sys.path: this script's own directory
+
 # The tree before 4eb58ae, the first of the estimate's caches: every pass parsed every node and summed every pod.
 BASELINE_COMMIT = "4eb58ae^"
 
@@ -101,24 +101,14 @@ def main() -> int:
     if a.child:
         print(json.dumps(measure(a.nodes, a.pods, a.calls)))
         return 0
-    tree, a.baseline_label = None, str(a.operator_src or "")
-    if a.operator_src is None and a.baseline_commit:
-        a.baseline_label = f"git {a.baseline_commit}"
-        tree = Path(tempfile.mkdtemp(prefix="ddpjob-estimate-baseline-")) / "tree"
-        subprocess.run(
-            ["git", "-C", str(ROOT), "worktree", "add", "--detach", str(tree), a.baseline_commit],
-            check=True,
-            capture_output=True,
-        )
-        a.operator_src = tree / "operator" / "src"
-    try:
-        return report(a)
-    finally:
-        if tree is not None:
-            subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(tree)], capture_output=True)
+    if a.operator_src is not None:
+        return report(a, str(a.operator_src))
+    with operator_src_at(a.baseline_commit) as src:
+        a.operator_src = src
+        return report(a, f"git {a.baseline_commit}")
 
 
-def report(a: argparse.Namespace) -> int:
+def report(a: argparse.Namespace, baseline: str) -> int:
     results = {}
     for name, src in (("baseline", a.operator_src), ("this tree", None)):
         if name == "baseline" and src is None:
@@ -151,7 +141,7 @@ def report(a: argparse.Namespace) -> int:
         "setup": {
             "nodes": a.nodes,
             "bound_pods": a.pods,
-            "baseline": a.baseline_label,
+            "baseline": baseline,
         },
         **results,
     }

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
 import tempfile
 import time
@@ -21,10 +20,11 @@ from pathlib import Path
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
-from bench_cluster import ROOT, BenchCluster
+from bench_cluster import BenchCluster
 from machine import describe_machine
 from progress_lines import say
 from scale_run import Party, create_namespace, ddpjob, delete_namespace
+from worktree import operator_src_at, short
 
 POD_GPUS = 8
 NODES = 4
@@ -112,13 +112,24 @@ def run(
     }
 
 
-def baseline_tree(commit: str) -> tuple[Path, Path]:
-    """A git worktree of `commit` (removed afterwards); (its root, its operator/src)."""
-    where = Path(tempfile.mkdtemp(prefix="ddpjob-osc-baseline-")) / "tree"
-    subprocess.run(
-        ["git", "-C", str(ROOT), "worktree", "add", "--detach", str(where), commit], check=True, capture_output=True
-    )
-    return where, where / "operator" / "src"
+def measure_both(a: argparse.Namespace, baseline_src: Path) -> dict:
+    """The baseline operator, then this tree's, on one throw-away cluster."""
+    cluster = BenchCluster(Path(a.cluster_dir or tempfile.mkdtemp(prefix="ddpjob-osc-")), NODES, POD_GPUS)
+    cluster.up()
+    logs = Path(tempfile.mkdtemp(prefix="ddpjob-osc-logs-"))
+    results: dict = {"logs": str(logs)}
+    try:
+        api = config.new_client_from_config(str(cluster.admin_kubeconfig))
+        client.SchedulingV1Api(api).create_priority_class(
+            {"metadata": {"name": PRIORITY_CLASS}, "value": 1000, "description": "bench: the filler tenant"}
+        )
+        for name, tree_src in (("baseline", baseline_src), ("this_tree", None)):
+            say(f"capacity oscillation, {name}: {a.seconds:.0f}s, a filler every {a.toggle_seconds:.0f}s")
+            results[name] = run(cluster, api, name, tree_src, a, logs)
+            say(f"{name}: {results[name]['restarts']} restarts, Running {results[name]['running_fraction']:.0%}")
+    finally:
+        cluster.down()
+    return results
 
 
 def main() -> int:
@@ -130,23 +141,8 @@ def main() -> int:
     p.add_argument("--baseline-commit", default=BASELINE_COMMIT)
     p.add_argument("--cluster-dir", default=None)
     a = p.parse_args()
-    tree, src = baseline_tree(a.baseline_commit)
-    cluster = BenchCluster(Path(a.cluster_dir or tempfile.mkdtemp(prefix="ddpjob-osc-")), NODES, POD_GPUS)
-    cluster.up()
-    logs = Path(tempfile.mkdtemp(prefix="ddpjob-osc-logs-"))
-    try:
-        api = config.new_client_from_config(str(cluster.admin_kubeconfig))
-        client.SchedulingV1Api(api).create_priority_class(
-            {"metadata": {"name": PRIORITY_CLASS}, "value": 1000, "description": "bench: the filler tenant"}
-        )
-        results = {}
-        for name, tree_src in (("baseline", src), ("this_tree", None)):
-            say(f"capacity oscillation, {name}: {a.seconds:.0f}s, a filler every {a.toggle_seconds:.0f}s")
-            results[name] = run(cluster, api, name, tree_src, a, logs)
-            say(f"{name}: {results[name]['restarts']} restarts, Running {results[name]['running_fraction']:.0%}")
-    finally:
-        cluster.down()
-        subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(tree)], capture_output=True)
+    with operator_src_at(a.baseline_commit) as src:
+        results = measure_both(a, src)
     before, after = results["baseline"], results["this_tree"]
     doc = {
         "machine": describe_machine(),
@@ -157,15 +153,13 @@ def main() -> int:
             "seconds": a.seconds,
             "toggle_seconds": a.toggle_seconds,
             "resize_cooldown_seconds": 300,
-            "baseline_commit": subprocess.run(
-                ["git", "-C", str(ROOT), "rev-parse", "--short", a.baseline_commit], capture_output=True, text=True
-            ).stdout.strip(),
+            "baseline_commit": short(a.baseline_commit),
         },
         "baseline": before,
         "this_tree": after,
         "restart_bound": 1 + int(a.seconds // 300),
         "restarts_ratio": round(after["restarts"] / before["restarts"], 3) if before["restarts"] else None,
-        "logs": str(logs),
+        "logs": results["logs"],
     }
     a.out.write_text(json.dumps(doc, indent=1))
     return 0

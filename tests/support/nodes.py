@@ -34,17 +34,19 @@ def create_spare_node(core: client.CoreV1Api, name: str, labels: dict[str, str] 
     core.create_node(node)
 
 
+def _ready(node) -> bool:
+    return any(c.type == "Ready" and c.status == "True" for c in node.status.conditions or [])
+
+
 def node_ready(core: client.CoreV1Api, name: str) -> bool:
-    conditions = core.read_node(name).status.conditions or []
-    return any(c.type == "Ready" and c.status == "True" for c in conditions)
+    return _ready(core.read_node(name))
 
 
 def node_schedulable(core: client.CoreV1Api, name: str) -> bool:
     """Ready, and the node lifecycle controller has lifted the `node.kubernetes.io/not-ready` taint it puts on a
     new node: until then the scheduler (and the operator's capacity estimate) leave it out."""
     node = core.read_node(name)
-    ready = any(c.type == "Ready" and c.status == "True" for c in node.status.conditions or [])
-    return ready and not any(t.key.startswith("node.kubernetes.io/") for t in node.spec.taints or [])
+    return _ready(node) and not any(t.key.startswith("node.kubernetes.io/") for t in node.spec.taints or [])
 
 
 def take_node_down(core: client.CoreV1Api, name: str) -> None:
