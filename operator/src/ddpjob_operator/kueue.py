@@ -47,6 +47,10 @@ ADMITTED, QUOTA_RESERVED, EVICTED, FINISHED, PODS_READY, REQUEUED = (
 )
 # Kueue requeues at once after these evictions (its jobframework sets Requeued True for them).
 REQUEUE_AT_ONCE = ("Preempted", "NodeFailures")
+# PodsReady reasons (Kueue's): waitForPodsReady times out WaitForStart by default, WaitForRecovery only with
+# its recoveryTimeout set.
+WAIT_FOR_START, WAIT_FOR_RECOVERY = "WaitForStart", "WaitForRecovery"
+NOT_READY_MESSAGE = "Not all pods are ready or succeeded"
 
 # The job's own condition and reasons
 QUEUED = "Queued"
@@ -281,6 +285,8 @@ def clear_admission(workload: Mapping[str, Any], now: datetime) -> WorkloadWrite
     conditions = _set(conditions, QUOTA_RESERVED, "False", "Pending", message, now)
     if c.find_condition(conditions, ADMITTED) is not None:
         conditions = _set(conditions, ADMITTED, "False", "NoReservation", "The workload has no reservation", now)
+    if c.find_condition(conditions, PODS_READY) is not None:
+        conditions = _set(conditions, PODS_READY, "False", WAIT_FOR_START, NOT_READY_MESSAGE, now)
     status["conditions"] = conditions
     status["admission"] = None
     return WorkloadWrite(workload["metadata"]["name"], workload["metadata"].get("resourceVersion", ""), status)
@@ -356,24 +362,35 @@ def decide(
         return out
     admission = admission_of(workload, view.flavors)
     if admission is None:
+        out.write = pods_ready(workload, False, now)
         out.hold = Hold(QUEUED, waiting_message(queue, workload))
         return out
     out.admission = admission
     return out
 
 
-def pods_ready(workload: Mapping[str, Any], running: bool, ran_before: bool, now: datetime) -> WorkloadWrite | None:
-    """The Workload's PodsReady, as Kueue's waitForPodsReady reads it: True while the whole group runs."""
+def pods_ready(workload: Mapping[str, Any], running: bool, now: datetime) -> WorkloadWrite | None:
+    """The Workload's PodsReady, as Kueue's jobframework writes it and its waitForPodsReady reads it:
+    - not admitted (or evicted): False, `WaitForStart`, the only reason whose timeout is on by default;
+    - admitted and the whole group runs: True (`Started`, or `Recovered` after `WaitForRecovery`);
+    - admitted, not running: `WaitForStart` until it first ran under this admission, `WaitForRecovery` once it
+      had (True before), else unchanged.
+    An admission after an eviction starts from `WaitForStart` (written while it was not admitted), so a group
+    re-admitted onto nodes that cannot run it is timed out and evicted again, never left holding the quota."""
+    cond = _condition(workload, PODS_READY)
     if evicted(workload) is not None or not _true(workload, ADMITTED):
-        return None
+        if cond is None or (cond.get("status"), cond.get("reason")) == ("False", WAIT_FOR_START):
+            return None
+        return set_condition(workload, PODS_READY, "False", WAIT_FOR_START, NOT_READY_MESSAGE, now)
     if running:
         if _true(workload, PODS_READY):
             return None
-        reason = "Recovered" if ran_before else "Started"
+        reason = "Recovered" if cond is not None and cond.get("reason") == WAIT_FOR_RECOVERY else "Started"
         return set_condition(workload, PODS_READY, "True", reason, "All pods reached readiness", now)
-    if _condition(workload, PODS_READY) is None or _true(workload, PODS_READY):
-        reason = "WaitForRecovery" if ran_before else "WaitForStart"
-        return set_condition(workload, PODS_READY, "False", reason, "Not all pods are ready or succeeded", now)
+    if cond is None:
+        return set_condition(workload, PODS_READY, "False", WAIT_FOR_START, NOT_READY_MESSAGE, now)
+    if cond.get("status") == "True":
+        return set_condition(workload, PODS_READY, "False", WAIT_FOR_RECOVERY, NOT_READY_MESSAGE, now)
     return None
 
 

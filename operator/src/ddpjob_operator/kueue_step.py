@@ -94,8 +94,7 @@ def pods_ready(obs: Observed, status: JobStatus, plan: Plan) -> None:
         return
     admitted = [w for w in obs.kueue.workloads if kueue.admission_of(w, obs.kueue.flavors) is not None]
     if admitted:
-        running = status.get("phase") == c.RUNNING
-        plan.workload_write = kueue.pods_ready(admitted[0], running, status["attempt"] > 0, obs.now)
+        plan.workload_write = kueue.pods_ready(admitted[0], status.get("phase") == c.RUNNING, obs.now)
 
 
 def finished(obs: Observed, status: JobStatus, plan: Plan) -> None:
