@@ -29,6 +29,7 @@ class FrozenTrainer:
 
     def __init__(self):
         self.silent = threading.Event()
+        self.page = PAGE
         trainer = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
@@ -39,7 +40,7 @@ class FrozenTrainer:
                 self.send_response(200)
                 self.send_header("Content-Type", "text/plain; version=0.0.4")
                 self.end_headers()
-                self.wfile.write(PAGE)
+                self.wfile.write(trainer.page)
 
             def log_message(self, *args):
                 pass
@@ -50,10 +51,15 @@ class FrozenTrainer:
 
 
 @pytest.fixture
-def trainer_metrics():
+def trainer():
     trainer = FrozenTrainer()
-    yield trainer.port
+    yield trainer
     trainer.server.shutdown()
+
+
+@pytest.fixture
+def trainer_metrics(trainer):
+    return trainer.port
 
 
 def test_progress_is_copied_from_worker_0(kube, operator, trainer_metrics):
@@ -71,6 +77,38 @@ def test_progress_is_copied_from_worker_0(kube, operator, trainer_metrics):
     assert status["progress"]["updateTime"]
     wide = kube("get", "ddpj", "prog", "-o", "wide").stdout.splitlines()[1].split()
     assert wide[-3:] == ["42", "0", "Gang"]
+
+
+def page(step: str, loss: str) -> bytes:
+    return PAGE.replace(b"ddp_trainer_step 42", f"ddp_trainer_step {step}".encode()).replace(
+        b"ddp_trainer_loss 0.5", f"ddp_trainer_loss {loss}".encode())
+
+
+def test_a_nan_loss_then_a_finite_one_never_freezes_the_status(kube, operator, trainer):
+    """JSON has no NaN: a status carrying one is refused (400), and every later write of the job would be too."""
+    trainer.page = page("50", "NaN")
+    job = ddpjob("nan", replicas=1, gpus=1)
+    job["spec"]["template"]["spec"]["containers"][0]["ports"] = [{"name": "metrics", "containerPort": trainer.port}]
+    kube.apply(job)
+    kube.running_pods("nan", attempt=0, n=1)
+    kube.wait_phase("nan", "Running")
+    patch = {"status": {"podIP": "127.0.0.1", "podIPs": [{"ip": "127.0.0.1"}]}}
+    kube("patch", "pod", "nan-worker-0", "--subresource=status", "--type=merge", "-p", json.dumps(patch))
+    status = kube.wait_status("nan", lambda s: (s.get("progress") or {}).get("step") == 50, timeout=30,
+                              what="progress.step 50 with a NaN loss")
+    assert status["progress"].get("lossNonFinite") == "NaN" and "loss" not in status["progress"], status
+    wait_until(lambda: "LossNotFinite" in {e["reason"] for e in kube.events("nan")}, timeout=30,
+               what="a LossNotFinite event")
+    trainer.page = page("+Inf", "-Inf")  # an infinite step is no step: skipped, the status stays writable
+    kube.wait_status("nan", lambda s: (s.get("progress") or {}).get("lossNonFinite") == "-Inf", timeout=30,
+                     what="lossNonFinite -Inf")
+    trainer.page = page("60", "0.25")
+    status = kube.wait_status("nan", lambda s: (s.get("progress") or {}).get("step") == 60, timeout=30,
+                              what="progress.step 60 with a finite loss")
+    assert status["progress"]["loss"] == 0.25 and "lossNonFinite" not in status["progress"], status
+    # Other status keeps moving too: a pod's exit still ends the job.
+    kube.succeed_pod("nan-worker-0")
+    kube.wait_phase("nan", "Succeeded")
 
 
 def hung_job(kube, name: str, port: int, deadline: int = 10) -> None:

@@ -10,6 +10,7 @@ from datetime import timedelta
 
 from ddpjob_operator import api
 from ddpjob_operator.planner import PlannerSettings, plan_reconcile
+from ddpjob_operator.watch_cache import slim_pod
 
 from job_builders import NOW, UID, ago, make_job, make_node, make_pod, observe, running_pods
 
@@ -314,6 +315,7 @@ def test_no_shrinking_on_a_verdict_that_is_not_final(name, edit):
     pods = pending_pods("a", 4)
     for pod in pods:
         edit(pod)
+    pods = [slim_pod(p) for p in pods]  # as the watch cache keeps them: the guard must survive the slimming
     group = [] if name == "SchedulingGated" else [podgroup("a-0", 0, scheduled=False)]
     job.status(unplacedAttempt=0, unplacedSince=ago(600))  # unplaced for long: only the verdict's kind matters
     plan = plan_with(job, pods, podgroups=group, capacity=3, gang=bool(group))

@@ -40,3 +40,28 @@ def worker0(port_name="metrics", phase="Running", attempt=0):
 ])
 def test_metrics_url(name, job, pods, want):
     assert metrics_url(observe(job.build(), pods)) == want, name
+
+
+@pytest.mark.parametrize("loss, step, want", [
+    ("NaN", "7", {"step": 7, "lossNonFinite": "NaN"}),
+    ("+Inf", "7", {"step": 7, "lossNonFinite": "+Inf"}),
+    ("-Inf", "7", {"step": 7, "lossNonFinite": "-Inf"}),
+    ("0.5", "+Inf", {"loss": 0.5}),  # an infinite step is no step (int() of it raised OverflowError)
+    ("0.5", "NaN", {"loss": 0.5}),
+])
+def test_a_non_finite_value_never_reaches_the_status(loss, step, want):
+    text = f"# TYPE ddp_trainer_step gauge\nddp_trainer_step {step}\n# TYPE ddp_trainer_loss gauge\nddp_trainer_loss {loss}\n"
+    assert parse_progress(text) == want
+
+
+def test_the_latest_answer_says_whether_the_loss_is_a_number():
+    from datetime import datetime, timezone
+
+    from ddpjob_operator.no_progress import progress_after_scrape
+
+    now = datetime(2026, 1, 1, tzinfo=timezone.utc)
+    finite = {"step": 5, "loss": 0.5, "attempt": 0}
+    nan = progress_after_scrape(finite, {"step": 6, "lossNonFinite": "NaN"}, 0, now)
+    assert nan["lossNonFinite"] == "NaN" and "loss" not in nan
+    back = progress_after_scrape(nan, {"step": 7, "loss": 0.25}, 0, now)
+    assert back["loss"] == 0.25 and "lossNonFinite" not in back

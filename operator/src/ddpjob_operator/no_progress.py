@@ -36,8 +36,13 @@ def progress_after_scrape(
     if not scraped or "step" not in scraped:
         return None
     old = old or {}
-    # The scrape's keys are progress.py's, the Progress fields (parse_progress).
+    # The scrape's keys are progress.py's, the Progress fields (parse_progress). A loss is either a number or
+    # non-finite: the latest answer replaces whichever the last one was.
     merged = cast(Progress, {**old, **scraped})
+    if "loss" in scraped:
+        merged.pop("lossNonFinite", None)
+    elif "lossNonFinite" in scraped:
+        merged.pop("loss", None)
     if old.get("attempt") != attempt or old.get("step") != scraped["step"]:
         merged.update({"attempt": attempt, "advanceTime": scraped.get("updateTime") or format_time(now)})
         return merged

@@ -57,7 +57,7 @@ from .plan import Observed, Plan
 from .progress import metrics_url
 from .restart_policy import RESTART, RestartBudget, backoff_seconds, decide_restart
 from .spec import JobSpec, parse_spec
-from .status import JobStatus, LastFailure, status_of
+from .status import JobStatus, LastFailure, Progress, status_of
 from .timefmt import format_time, parse_time
 
 NORMAL, WARNING = "Normal", "Warning"
@@ -632,4 +632,19 @@ def _readiness(
         plan.requeue(settings.progress_interval_seconds)
     progress = progress_after_scrape(status.get("progress"), obs.progress, status["attempt"], obs.now)
     if progress is not None:
+        _loss_events((status.get("progress") or {}).get("lossNonFinite"), progress, plan)
         status["progress"] = progress
+
+
+def _loss_events(before: str | None, progress: Progress, plan: Plan) -> None:
+    """A loss that turns NaN or infinite (a diverging run) is news, and so is its return to a number."""
+    after = progress.get("lossNonFinite")
+    if after and after != before:
+        plan.event(
+            WARNING,
+            "LossNotFinite",
+            f"worker 0 reports a {after} loss at step {progress.get('step')}: training has diverged "
+            "(status.progress.lossNonFinite); the job keeps running",
+        )
+    elif before and not after and "loss" in progress:
+        plan.event(NORMAL, "LossFinite", f"worker 0 reports a finite loss again at step {progress.get('step')}")

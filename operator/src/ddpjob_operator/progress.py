@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -47,12 +48,21 @@ def metrics_url(obs: Observed) -> str | None:
 
 
 def parse_progress(text: str) -> dict[str, Any]:
+    """worker 0's step, loss and rate. A non-finite value is never kept: JSON has no NaN or Inf, and the API
+    server refuses a status that carries one (400), which would freeze every later write of the job's status. A
+    non-finite loss (a diverging run, the common case) is reported as `lossNonFinite` instead: "NaN", "+Inf" or
+    "-Inf"."""
     found: dict[str, Any] = {}
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
             key = SERIES.get(sample.name)
-            if key and key not in found:
-                found[key] = int(sample.value) if key == "step" else float(sample.value)
+            if not key or key in found or (key == "loss" and "lossNonFinite" in found):
+                continue
+            value = float(sample.value)
+            if math.isfinite(value):
+                found[key] = int(value) if key == "step" else value
+            elif key == "loss":
+                found["lossNonFinite"] = "NaN" if math.isnan(value) else ("+Inf" if value > 0 else "-Inf")
     return found
 
 

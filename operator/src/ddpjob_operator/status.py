@@ -31,6 +31,7 @@ class LastFailure(TypedDict, total=False):
 class Progress(TypedDict, total=False):
     step: int
     loss: float
+    lossNonFinite: str  # "NaN", "+Inf" or "-Inf": worker 0's loss, which JSON cannot carry (progress.py)
     samplesPerSecond: float
     updateTime: str
     advanceTime: str

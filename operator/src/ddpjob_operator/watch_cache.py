@@ -19,6 +19,7 @@ from typing import Any
 from . import api, gang_discovery, kueue
 from .capacity import NodeRoom, Requests, count_in, free_room, pod_requests, slim_allocatable, usable
 from .plan import Observed
+from .resize_policy import AUTOSCALER_PREFIX
 from .spec import parse_spec
 
 log = logging.getLogger("ddpjob.gang")
@@ -83,14 +84,23 @@ def slim_pod(body: Mapping[str, Any]) -> dict[str, Any]:
                 "finalizers",
                 "resourceVersion",
             ),
-        ),
+        )
+        | _guard_annotations(meta),
         "spec": {**_pick(spec, ("nodeName",)), "containers": containers},
         "status": {
-            **_pick(status, ("phase", "reason", "message", "podIP")),
+            # nominatedNodeName: a preemption under way is not a final Unschedulable (resize_policy.py)
+            **_pick(status, ("phase", "reason", "message", "podIP", "nominatedNodeName")),
             "conditions": conditions,
             "containerStatuses": container_statuses,
         },
     }
+
+
+def _guard_annotations(meta: Mapping[str, Any]) -> dict[str, Any]:
+    """The only annotations a pass reads: the cluster autoscaler's (a scale-up under way for the pod), for the
+    elastic shrink guard. The rest (often large) stay out of the cache."""
+    kept = {k: v for k, v in (meta.get("annotations") or {}).items() if k.startswith(AUTOSCALER_PREFIX)}
+    return {"annotations": kept} if kept else {}
 
 
 def slim_node(body: Mapping[str, Any]) -> dict[str, Any]:
