@@ -1,10 +1,10 @@
-"""The B/N split with remainders, LR scaling, the sample position, and the sampler's world-size-free order."""
+"""The B/N split with remainders, the batch plan, the LR rule, the sample position, and the sampler's world-size-free order."""
 
 import pytest
 
-from ddp_trainer.batching import (SamplePosition, check_accumulation, global_batch_size, loss_scale, rank_slice, scaled_lr,
-                                  split_sizes)
-from ddp_trainer.lr_schedule import LearningRateSchedule
+from ddp_trainer.batching import (SamplePosition, check_accumulation, global_batch_size, loss_scale, plan_batches,
+                                  rank_slice, split_sizes)
+from ddp_trainer.lr_schedule import LearningRateSchedule, peak_lr_for_batch, reference_batch, scaling_rule
 from ddp_trainer.sampler import GlobalBatchSampler
 
 
@@ -44,14 +44,65 @@ def test_loss_scale_gives_the_global_mean_after_ddp_averaging():
     assert averaged == pytest.approx(sum(per_sample) / 10)
 
 
-@pytest.mark.parametrize("world, scaling, want", [(1, "linear", 0.1), (4, "linear", 0.4), (4, "none", 0.1)])
-def test_lr_scaling(world, scaling, want):
-    assert scaled_lr(0.1, world, scaling) == pytest.approx(want)
+@pytest.mark.parametrize("name, batch, reference, rule, want", [
+    ("linear: twice the batch, twice the LR", 64, 32, "linear", 0.2),
+    ("sqrt: four times the batch, twice the LR", 128, 32, "sqrt", 0.2),
+    ("none: as given", 128, 32, "none", 0.1),
+    ("at the reference batch: as given", 96, 96, "linear", 0.1),
+])
+def test_the_peak_lr_follows_the_global_batch(name, batch, reference, rule, want):
+    assert peak_lr_for_batch(0.1, batch, reference, rule) == pytest.approx(want), name
+
+
+@pytest.mark.parametrize("world", [1, 2, 3, 8])
+def test_a_resize_at_a_fixed_global_batch_keeps_the_lr(world):
+    """The rule's point: the LR is a function of B only, so the world size cannot move it. (The old rule
+    multiplied by N: a shrink from 2 to 1 at B=96 halved the LR with the same averaged gradient.)"""
+    batch = global_batch_size(world, 32, 96)
+    reference = reference_batch(0, 96, 32)
+    assert [peak_lr_for_batch(0.1, batch, reference, rule) for rule in ("linear", "sqrt", "none")] == [0.1] * 3
+
+
+def test_the_reference_batch():
+    assert reference_batch(0, 96, 32) == 96  # a fixed global batch: --train.lr is used as given
+    assert reference_batch(0, 0, 32) == 32  # a per-rank batch: --train.lr is one rank's LR
+    assert reference_batch(256, 96, 32) == 256  # set explicitly
+
+
+def test_auto_scaling_is_linear_for_sgd_and_sqrt_for_adamw():
+    assert (scaling_rule("auto", "sgd"), scaling_rule("auto", "adamw"), scaling_rule("none", "sgd")) == \
+        ("linear", "sqrt", "none")
 
 
 def test_unknown_lr_scaling_is_an_error():
-    with pytest.raises(ValueError, match="unknown lr scaling 'sqrt'"):
-        scaled_lr(0.1, 2, "sqrt")
+    with pytest.raises(ValueError, match="unknown lr scaling 'cubic'"):
+        peak_lr_for_batch(0.1, 64, 32, "cubic")
+
+
+PLAN_CASES = [
+    # name, global batch, world size, configured accumulation, micro-batch limit, (rank 0 share, accum, micro-batch,
+    # limit recorded)
+    ("no limit yet: the plan's own micro-batch becomes the limit", 96, 2, 1, 0, (48, 1, 48, 48)),
+    ("shrink 2 -> 1 at fixed B: twice the micro-batches, same size", 96, 1, 1, 48, (96, 2, 48, 48)),
+    ("grow back 1 -> 2: the configured accumulation again", 96, 2, 1, 48, (48, 1, 48, 48)),
+    ("shrink 3 -> 2 with unequal shares: never above the limit", 100, 2, 1, 34, (50, 2, 25, 34)),
+    ("configured accumulation is a floor", 96, 2, 4, 48, (48, 4, 12, 48)),
+    ("a per-rank batch: the share never grows, nor does the accumulation", 64, 2, 1, 32, (32, 1, 32, 32)),
+]
+
+
+@pytest.mark.parametrize("name, batch, world, accum, limit, want", PLAN_CASES, ids=[c[0] for c in PLAN_CASES])
+def test_plan_batches(name, batch, world, accum, limit, want):
+    plan = plan_batches(batch, world, accum, limit)
+    assert (plan.rank_batch(0), plan.accum_steps, plan.largest_micro_batch, plan.micro_batch_limit) == want, name
+    assert max(split_sizes(plan.rank_batch(0), plan.accum_steps)) <= plan.micro_batch_limit
+
+
+def test_a_limit_the_smallest_share_cannot_meet_is_an_error():
+    with pytest.raises(ValueError, match="a micro-batch of at most 1 samples needs 3 micro-batches per step, but "
+                                         "some ranks get only 2 samples of the global batch 5 at world size 2; "
+                                         "raise --train.micro-batch-size"):
+        plan_batches(5, 2, 1, 1)  # shares 3 and 2
 
 
 def test_schedule_warms_up_then_decays_to_the_floor():

@@ -46,10 +46,12 @@ def test_resumed_line():
 
 
 def test_sized_line():
-    line = sized_line(Identity("j", "2", 0), 2, 96, 48, 0.00066667)
-    assert line == "[job=j attempt=2 rank=0] sized world_size=2 global_batch=96 rank_batch=48 peak_lr=6.667e-04"
+    line = sized_line(Identity("j", "2", 0), 2, 96, 48, 24, 2, 0.00066667)
+    assert line == ("[job=j attempt=2 rank=0] sized world_size=2 global_batch=96 rank_batch=48 micro_batch=24 accum=2 "
+                    "peak_lr=6.667e-04")
     found = SIZED.fullmatch(line)
-    assert (found["world"], found["batch"], found["rank_batch"], float(found["lr"])) == ("2", "96", "48", 6.667e-04)
+    assert (found["world"], found["batch"], found["rank_batch"], found["micro_batch"], found["accum"],
+            float(found["lr"])) == ("2", "96", "48", "24", "2", 6.667e-04)
 
 
 def test_started_and_ready_lines():

@@ -1,5 +1,6 @@
-"""Resume at a different world size: the global step and sample count carry on, the data position is the
-one the global batches reached, and the LR is rescaled for the new world size."""
+"""Resume at a different world size with a per-rank batch: the global step and sample count carry on, the data
+position is the one the global batches reached, and the LR follows the global batch, which halved with the world
+(the fixed-batch case, where it must not move, is test_lr_resize.py)."""
 
 import torch
 
@@ -20,14 +21,15 @@ def test_two_ranks_then_one(tmp_path):
     ck = tmp_path / "ck"
     first = run(cmd(2, 30, ck))
     assert first.returncode == 0, first.stdout[-2000:] + first.stderr[-2000:]
-    assert [m["lr"] for m in PROGRESS.finditer(first.stdout)] == ["2.0e-03"] * 3  # 0.001 x 2 ranks
+    # B = 2 x 32: twice --train.lr's reference batch (one rank's 32); AdamW's rule is the square root
+    assert [m["lr"] for m in PROGRESS.finditer(first.stdout)] == ["1.4e-03"] * 3
 
     second = run(cmd(1, 40, ck))
     assert second.returncode == 0, second.stdout[-2000:] + second.stderr[-2000:]
     resumed = RESUMED.search(second.stdout)
     assert resumed and (resumed["step"], resumed["samples"], resumed["was"]) == ("30", str(30 * 64), "2")
     progress = list(PROGRESS.finditer(second.stdout))
-    assert [(m["step"], m["lr"]) for m in progress] == [("40", "1.0e-03")]  # rescaled for one rank
+    assert [(m["step"], m["lr"]) for m in progress] == [("40", "1.0e-03")]  # B = 32, the reference batch
 
     final = torch.load(ck / "step-000000040.pt", weights_only=True)
     assert final["step"] == 40 and final["world_size"] == 1

@@ -13,7 +13,7 @@ from .config import ConfigError, parse_config
 from .distributed_env import DistEnv, choose_backend, choose_device, init_process_group
 from .process_age import process_age_seconds
 from .process_exit import leave
-from .progress_log import Identity, emit, sized_line, started_line, startup_line
+from .progress_log import Identity, emit, started_line, startup_line
 
 
 @record  # writes the root cause to TORCHELASTIC_ERROR_FILE, which the operator reads from the termination log
@@ -31,11 +31,10 @@ def main(argv: list[str] | None = None) -> int:
     from .trainer import Trainer  # after the group exists: a bad rendezvous fails before the model is built
 
     trainer = Trainer(cfg, env, device, who)
-    if trainer.talks:
-        emit(sized_line(who, env.world_size, trainer.global_batch, trainer.rank_batch, trainer.schedule.peak_lr))
     trainer.serve_metrics()
-    trainer.resume()
+    trainer.resume()  # before the sized line: the checkpoint holds the micro-batch limit
     if trainer.talks:
+        emit(trainer.sized_line())
         emit(startup_line(who, process_age_seconds(), rendezvous_seconds, trainer.checkpoint_load_seconds))
     try:
         code = trainer.train()

@@ -45,12 +45,45 @@ def loss_scale(world_size: int, global_batch: int) -> float:
     return world_size / global_batch
 
 
-def scaled_lr(base_lr: float, world_size: int, scaling: str) -> float:
-    if scaling == "linear":
-        return base_lr * world_size
-    if scaling == "none":
-        return base_lr
-    raise ValueError(f"unknown lr scaling {scaling!r}")
+@dataclass(frozen=True)
+class BatchPlan:
+    """How one attempt runs the global batch: each rank's share in `accum_steps` micro-batches, none larger than
+    `micro_batch_limit`. The limit is kept in the checkpoint, so an attempt at a smaller world size (a larger
+    share per rank) accumulates more micro-batches instead of running larger ones than the first attempt fit."""
+
+    global_batch: int
+    world_size: int
+    accum_steps: int
+    micro_batch_limit: int
+
+    def rank_batch(self, rank: int) -> int:
+        return split_sizes(self.global_batch, self.world_size)[rank]
+
+    def micro_batch(self, rank: int) -> int:
+        """The largest of the rank's micro-batches (its share split as evenly as split_sizes splits)."""
+        return -(-self.rank_batch(rank) // self.accum_steps)
+
+    @property
+    def largest_micro_batch(self) -> int:
+        return self.micro_batch(0)  # rank 0 holds the largest share
+
+
+def plan_batches(global_batch: int, world_size: int, accum_steps: int, micro_batch_limit: int = 0) -> BatchPlan:
+    """At least `accum_steps` micro-batches, more when the largest share would not fit `micro_batch_limit`
+    (0: no limit yet; the plan's own largest micro-batch becomes the limit it records)."""
+    largest_share = -(-global_batch // world_size)
+    steps = accum_steps
+    if micro_batch_limit > 0:
+        steps = max(steps, -(-largest_share // micro_batch_limit))
+    if global_batch // world_size < steps and steps > accum_steps:
+        raise ValueError(
+            f"a micro-batch of at most {micro_batch_limit} samples needs {steps} micro-batches per step, but some "
+            f"ranks get only {global_batch // world_size} samples of the global batch {global_batch} at world size "
+            f"{world_size}; raise --train.micro-batch-size"
+        )
+    check_accumulation(global_batch, world_size, steps)
+    plan = BatchPlan(global_batch, world_size, steps, micro_batch_limit)
+    return plan if micro_batch_limit > 0 else BatchPlan(global_batch, world_size, steps, plan.largest_micro_batch)
 
 
 @dataclass(frozen=True)

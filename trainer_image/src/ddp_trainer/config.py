@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 ENV_PREFIX = "DDP_TRAINER_"
 WORKLOADS = ("digits", "cnn", "gpt")
+LR_SCALINGS = ("auto", "linear", "sqrt", "none")
 
 
 @dataclass
@@ -20,9 +21,11 @@ class TrainConfig:
     steps: int = 200  # optimizer steps in total, across restarts
     batch_size_per_rank: int = 32  # used when global_batch_size is 0: global batch = this x world size
     global_batch_size: int = 0  # > 0 fixes the global batch; each rank gets B/N, the first B%N ranks one more
-    grad_accum_steps: int = 1  # micro-batches per optimizer step, all but the last under no_sync
-    lr: float = 1e-3  # base learning rate, for one rank
-    lr_scaling: str = "linear"  # linear: lr x world size (recomputed on every start), none: lr as given
+    grad_accum_steps: int = 1  # micro-batches per optimizer step at least, all but the last under no_sync
+    micro_batch_size: int = 0  # largest per-rank micro-batch; 0: what the first attempt ran (kept in checkpoints)
+    lr: float = 1e-3  # the peak learning rate at the reference batch (lr_reference_batch)
+    lr_scaling: str = "auto"  # how the LR follows the global batch: linear | sqrt | none | auto (sgd linear, else sqrt)
+    lr_reference_batch: int = 0  # global batch that lr is for; 0: global_batch_size if set, else batch_size_per_rank
     warmup_steps: int = 0
     decay: str = "cosine"  # cosine | constant, after warm-up
     min_lr_ratio: float = 0.1
@@ -180,8 +183,12 @@ def validate(cfg: Config) -> None:
         problems.append(f"--train.grad-accum-steps must be >= 1, got {cfg.train.grad_accum_steps}")
     if cfg.train.global_batch_size < 0 or (cfg.train.global_batch_size == 0 and cfg.train.batch_size_per_rank < 1):
         problems.append("--train.global-batch-size must be > 0, or --train.batch-size-per-rank >= 1")
-    if cfg.train.lr_scaling not in ("linear", "none"):
-        problems.append(f"--train.lr-scaling must be linear or none, got {cfg.train.lr_scaling!r}")
+    if cfg.train.micro_batch_size < 0:
+        problems.append(f"--train.micro-batch-size must be >= 0, got {cfg.train.micro_batch_size}")
+    if cfg.train.lr_scaling not in LR_SCALINGS:
+        problems.append(f"--train.lr-scaling must be one of {', '.join(LR_SCALINGS)}, got {cfg.train.lr_scaling!r}")
+    if cfg.train.lr_reference_batch < 0:
+        problems.append(f"--train.lr-reference-batch must be >= 0, got {cfg.train.lr_reference_batch}")
     if cfg.train.decay not in ("cosine", "constant"):
         problems.append(f"--train.decay must be cosine or constant, got {cfg.train.decay!r}")
     if cfg.train.optimizer not in ("adamw", "sgd"):

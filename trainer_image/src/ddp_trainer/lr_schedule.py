@@ -1,11 +1,43 @@
-"""The learning rate as a pure function of the step and the peak LR. The peak is recomputed from the world
-size on every start, so a restart at another world size rescales it; the checkpointed state only records what
-the previous run used, for the resume log and tests."""
+"""The learning rate: its peak as a function of the global batch B, and its course as a function of the step.
+
+The peak follows B, never the world size N. Each rank sums its per-sample losses x N/B and DDP averages over the
+N ranks, so the gradient of a step is the mean over the B samples however they are shared: at a fixed B, a resize
+changes neither the gradient nor, therefore, the step size it should get. When B itself changes (a per-rank batch
+x N), the gradient's noise changes, and the rule that keeps training equivalent depends on the optimizer: linear
+in B for SGD (k small steps of batch b are about one step of batch k*b with k times the LR; Goyal et al. 2017),
+square root of B for Adam-family optimizers, whose update is normalised by the gradient's second moment (Malladi
+et al. 2022). The peak is recomputed on every start; the checkpointed schedule records what the run used."""
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+
+
+def scaling_rule(scaling: str, optimizer: str) -> str:
+    """`auto` is the rule for the optimizer: linear for SGD, sqrt for AdamW."""
+    if scaling == "auto":
+        return "linear" if optimizer == "sgd" else "sqrt"
+    return scaling
+
+
+def reference_batch(lr_reference_batch: int, fixed_global_batch: int, batch_size_per_rank: int) -> int:
+    """The global batch at which --train.lr is the right LR. Unset: the fixed global batch when there is one (the
+    LR is used as given, at every world size), else one rank's batch (--train.lr is one rank's LR, as it was)."""
+    if lr_reference_batch > 0:
+        return lr_reference_batch
+    return fixed_global_batch if fixed_global_batch > 0 else batch_size_per_rank
+
+
+def peak_lr_for_batch(base_lr: float, global_batch: int, reference: int, rule: str) -> float:
+    ratio = global_batch / reference
+    if rule == "linear":
+        return base_lr * ratio
+    if rule == "sqrt":
+        return base_lr * math.sqrt(ratio)
+    if rule == "none":
+        return base_lr
+    raise ValueError(f"unknown lr scaling {rule!r}")
 
 
 @dataclass

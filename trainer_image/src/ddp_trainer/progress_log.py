@@ -26,7 +26,7 @@ RESUMED = re.compile(
 )
 SIZED = re.compile(
     _WHO + r" sized world_size=(?P<world>\d+) global_batch=(?P<batch>\d+) rank_batch=(?P<rank_batch>\d+) "
-    r"peak_lr=(?P<lr>\d\.\d{3}e[-+]\d\d)$",
+    r"micro_batch=(?P<micro_batch>\d+) accum=(?P<accum>\d+) peak_lr=(?P<lr>\d\.\d{3}e[-+]\d\d)$",
     re.M,
 )
 STARTED = re.compile(
@@ -74,12 +74,15 @@ def resumed_line(who: Identity, step: int, samples: int, world_size_was: int) ->
     return f"{who.prefix} resumed from checkpoint step={step} samples={samples} world_size_was={world_size_was}"
 
 
-def sized_line(who: Identity, world_size: int, global_batch: int, rank_batch: int, peak_lr: float) -> str:
-    """How this attempt shares the work: the same global batch at every size, B/N per rank, the peak learning rate
-    rescaled to N. A group that shrank or grew says it here."""
+def sized_line(
+    who: Identity, world_size: int, global_batch: int, rank_batch: int, micro_batch: int, accum: int, peak_lr: float
+) -> str:
+    """How this attempt shares the work: the global batch, this rank's share of it (B/N) in `accum` micro-batches
+    of at most `micro_batch`, and the peak learning rate, which follows the global batch only. A group that shrank
+    or grew says it here."""
     return (
         f"{who.prefix} sized world_size={world_size} global_batch={global_batch} rank_batch={rank_batch} "
-        f"peak_lr={peak_lr:.3e}"
+        f"micro_batch={micro_batch} accum={accum} peak_lr={peak_lr:.3e}"
     )
 
 

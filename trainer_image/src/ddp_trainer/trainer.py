@@ -15,16 +15,16 @@ import torch.distributed as dist
 from torch.utils.data import DataLoader
 
 from . import exit_codes
-from .batching import SamplePosition, check_accumulation, global_batch_size, loss_scale, scaled_lr, split_sizes
+from .batching import BatchPlan, SamplePosition, global_batch_size, loss_scale, plan_batches, split_sizes
 from .checkpoint import CheckpointStore
 from .config import Config
 from .ddp_model import autocast_context, wrap_model
 from .distributed_env import DistEnv
 from .final_step import write_final_step
-from .lr_schedule import LearningRateSchedule
+from .lr_schedule import LearningRateSchedule, peak_lr_for_batch, reference_batch, scaling_rule
 from .metrics import TrainerMetrics, metrics_address, serve
 from .preemption import PreemptionFlag, StopVote
-from .progress_log import Identity, done_line, emit, progress_line, resumed_line, warn
+from .progress_log import Identity, done_line, emit, progress_line, resumed_line, sized_line, warn
 from .rng_state import capture_rng, restore_rng, seed_everything
 from .workloads import Workload, build_workload
 
@@ -44,9 +44,15 @@ class Trainer:
         self.global_batch = global_batch_size(
             env.world_size, cfg.train.batch_size_per_rank, cfg.train.global_batch_size
         )
-        check_accumulation(self.global_batch, env.world_size, cfg.train.grad_accum_steps)
+        self.plan = self._plan_batches(micro_batch_limit=cfg.train.micro_batch_size)
+        t = cfg.train
         self.schedule = LearningRateSchedule(
-            peak_lr=scaled_lr(cfg.train.lr, env.world_size, cfg.train.lr_scaling),
+            peak_lr=peak_lr_for_batch(
+                t.lr,
+                self.global_batch,
+                reference_batch(t.lr_reference_batch, t.global_batch_size, t.batch_size_per_rank),
+                scaling_rule(t.lr_scaling, t.optimizer),
+            ),
             total_steps=cfg.train.steps,
             warmup_steps=cfg.train.warmup_steps,
             decay=cfg.train.decay,
@@ -73,7 +79,24 @@ class Trainer:
     @property
     def rank_batch(self) -> int:
         """This rank's share of the global batch: B/N, the first B % N ranks one more."""
-        return split_sizes(self.global_batch, self.env.world_size)[self.env.rank]
+        return self.plan.rank_batch(self.env.rank)
+
+    def sized_line(self) -> str:
+        """How this attempt shares the global batch, and the peak LR it uses (after resume: the checkpoint holds
+        the micro-batch limit)."""
+        p, rank = self.plan, self.env.rank
+        return sized_line(
+            self.who,
+            p.world_size,
+            p.global_batch,
+            p.rank_batch(rank),
+            p.micro_batch(rank),
+            p.accum_steps,
+            self.schedule.peak_lr,
+        )
+
+    def _plan_batches(self, micro_batch_limit: int) -> BatchPlan:
+        return plan_batches(self.global_batch, self.env.world_size, self.cfg.train.grad_accum_steps, micro_batch_limit)
 
     def resume(self) -> bool:
         """Load the newest valid checkpoint on every rank. Rank 0 chooses it and tells the others, so all ranks
@@ -93,6 +116,9 @@ class Trainer:
         self.optimizer.load_state_dict(state["optimizer"])
         self.step, self.samples = int(state["step"]), int(state["samples"])
         self.position = SamplePosition(int(state["epoch"]), int(state["offset"]))
+        if self.cfg.train.micro_batch_size == 0 and "micro_batch_limit" in state:
+            # What the first attempt ran fit in memory; a smaller group accumulates more rather than run larger.
+            self.plan = self._plan_batches(micro_batch_limit=int(state["micro_batch_limit"]))
         if self.env.rank == 0:
             restore_rng(state["rng"])
         else:  # only rank 0's RNG is saved; the others get a fresh, rank- and step-specific stream
@@ -185,7 +211,7 @@ class Trainer:
     def _forward_backward(self, inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         """Gradient accumulation: k micro-batches, all but the last inside no_sync (forward included, so DDP
         does not prepare a reduction it will not run), and the last one all-reduces the summed gradients."""
-        k = self.cfg.train.grad_accum_steps
+        k = self.plan.accum_steps
         scale = loss_scale(self.env.world_size, self.global_batch)
         sizes = split_sizes(len(inputs), k)
         total = torch.zeros((), device=self.device)
@@ -244,6 +270,7 @@ class Trainer:
                 "offset": self.position.offset,
                 "world_size": self.env.world_size,
                 "global_batch": self.global_batch,
+                "micro_batch_limit": self.plan.micro_batch_limit,
                 "workload": self.workload.name,
                 "model": self.ddp.module.state_dict(),
                 "optimizer": self.optimizer.state_dict(),
