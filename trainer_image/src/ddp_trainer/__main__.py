@@ -11,6 +11,7 @@ from . import exit_codes
 from .checkpoint import CheckpointDiskFull
 from .config import ConfigError, parse_config
 from .distributed_env import DistEnv, choose_backend, choose_device, init_process_group
+from .gpu_check import NoUsableGpu, check_gpu
 from .process_age import process_age_seconds
 from .process_exit import leave
 from .progress_log import Identity, emit, started_line, startup_line
@@ -22,6 +23,10 @@ def main(argv: list[str] | None = None) -> int:
         cfg = parse_config(argv)
     except ConfigError as e:
         return config_error(e)
+    try:
+        check_gpu(cfg.device)  # before the group forms: every rank stops here, none waits on a peer
+    except NoUsableGpu as e:
+        return recorded_failure(e, exit_codes.NO_USABLE_GPU, f"ddp_trainer: {e}")
     env = DistEnv.from_environ()
     who = Identity.from_environ(env.rank)
     device = choose_device(env)
@@ -45,19 +50,20 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def config_error(error: ConfigError) -> int:
-    from torch.distributed.elastic.multiprocessing.errors import ErrorHandler
-
-    ErrorHandler().record_exception(error)  # exit 2 bypasses @record: the termination log says what to fix
-    print(f"ddp_trainer: configuration error: {error}", file=sys.stderr, flush=True)
-    return exit_codes.CONFIG_ERROR
+    return recorded_failure(error, exit_codes.CONFIG_ERROR, f"ddp_trainer: configuration error: {error}")
 
 
 def disk_full(who: Identity, error: CheckpointDiskFull) -> int:
+    return recorded_failure(error, exit_codes.CHECKPOINT_DISK_FULL, f"{who.prefix} ERROR {error.strerror}")
+
+
+def recorded_failure(error: Exception, code: int, line: str) -> int:
     from torch.distributed.elastic.multiprocessing.errors import ErrorHandler
 
-    ErrorHandler().record_exception(error)  # the distinct exit code below bypasses @record's own recording
-    print(f"{who.prefix} ERROR {error.strerror}", file=sys.stderr, flush=True)
-    return exit_codes.CHECKPOINT_DISK_FULL
+    # A distinct exit code bypasses @record's own recording; the termination log must still say what to fix.
+    ErrorHandler().record_exception(error)
+    print(line, file=sys.stderr, flush=True)
+    return code
 
 
 if __name__ == "__main__":

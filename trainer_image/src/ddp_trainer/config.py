@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 ENV_PREFIX = "DDP_TRAINER_"
 WORKLOADS = ("digits", "cnn", "gpt")
 LR_SCALINGS = ("auto", "linear", "sqrt", "none")
+DEVICES = ("auto", "cuda")
 
 
 @dataclass
@@ -91,6 +92,7 @@ class LogConfig:
 class Config:
     workload: str = "digits"
     entrypoint: str = ""  # module:function or path/to/script.py[:function]; overrides --workload
+    device: str = "auto"  # auto: CUDA when usable, else CPU; cuda: exit 69 if CUDA is not usable (gpu_check.py)
     train: TrainConfig = field(default_factory=TrainConfig)
     data: DataConfig = field(default_factory=DataConfig)
     ddp: DDPConfig = field(default_factory=DDPConfig)
@@ -177,6 +179,8 @@ def validate(cfg: Config) -> None:
     problems = []
     if not cfg.entrypoint and cfg.workload not in WORKLOADS:
         problems.append(f"--workload must be one of {', '.join(WORKLOADS)}, got {cfg.workload!r}")
+    if cfg.device not in DEVICES:
+        problems.append(f"--device must be auto or cuda, got {cfg.device!r}")
     if cfg.train.steps < 1:
         problems.append(f"--train.steps must be >= 1, got {cfg.train.steps}")
     if cfg.train.grad_accum_steps < 1:
