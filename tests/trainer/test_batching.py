@@ -112,6 +112,42 @@ def test_schedule_warms_up_then_decays_to_the_floor():
     assert LearningRateSchedule(peak_lr=0.3, total_steps=5, decay="constant").lr_at(4) == 0.3
 
 
+def cosine(total: int, **anchor) -> LearningRateSchedule:
+    return LearningRateSchedule(peak_lr=1.0, total_steps=total, warmup_steps=10, min_lr_ratio=0.1, **anchor)
+
+
+def test_a_changed_total_on_resume_keeps_the_lr_continuous_and_ends_at_the_floor():
+    first = cosine(100)
+    resumed = cosine(200).continued_from(first.state_dict(), 40)
+    assert resumed.lr_at(40) == pytest.approx(first.lr_at(40))
+    assert cosine(200).lr_at(40) > first.lr_at(40) + 0.1, "without the anchor the LR would jump back up"
+    lrs = [resumed.lr_at(step) for step in range(40, 201)]
+    assert all(a >= b for a, b in zip(lrs, lrs[1:])) and lrs[-1] == pytest.approx(0.1)
+    # A shorter total: still continuous, reaching the floor sooner.
+    shorter = cosine(60).continued_from(first.state_dict(), 40)
+    assert shorter.lr_at(40) == pytest.approx(first.lr_at(40)) and shorter.lr_at(60) == pytest.approx(0.1)
+
+
+def test_the_anchor_is_kept_across_resumes_at_the_same_total():
+    resumed = cosine(200).continued_from(cosine(100).state_dict(), 40)
+    again = cosine(200).continued_from(resumed.state_dict(), 120)
+    assert [again.lr_at(s) for s in (120, 150, 200)] == [resumed.lr_at(s) for s in (120, 150, 200)]
+    third = cosine(300).continued_from(again.state_dict(), 150)
+    assert third.lr_at(150) == pytest.approx(resumed.lr_at(150)) and third.lr_at(300) == pytest.approx(0.1)
+
+
+def test_same_total_or_within_warm_up_changes_nothing():
+    first = cosine(100)
+    assert cosine(100).continued_from(first.state_dict(), 40) == first
+    early = cosine(200).continued_from(first.state_dict(), 5)  # still warming up: the cosine has not begun
+    assert [early.lr_at(s) for s in (5, 10, 200)] == [cosine(200).lr_at(s) for s in (5, 10, 200)]
+
+
+def test_a_checkpoint_from_before_anchors_resumes_as_it_was_written():
+    old = {"peak_lr": 1.0, "total_steps": 100, "warmup_steps": 10, "decay": "cosine", "min_lr_ratio": 0.1}
+    assert cosine(200).continued_from(old, 40).lr_at(40) == pytest.approx(cosine(100).lr_at(40))
+
+
 def test_sample_position_drops_the_tail_of_an_epoch():
     p = SamplePosition()
     for _ in range(3):

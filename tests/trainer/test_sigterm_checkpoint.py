@@ -44,7 +44,7 @@ def test_sigterm_at_a_random_step_checkpoints_within_one_step_and_resumes_exactl
     assert preempted["why"] == ("SIGTERM" if rank == 0 else "peer"), seen
     checkpoint = tmp_path / "ck" / f"step-{step:09d}.pt"
     state = torch.load(checkpoint, weights_only=True)
-    assert state["step"] == step and {"model", "optimizer", "rng"} <= set(state), seen
+    assert state["step"] == step and {"model", "optimizer", "rng_per_rank"} <= set(state), seen
     took = checkpoint.stat().st_mtime - float(sent.read_text())
     print(f"{seen}: checkpoint of step {step} complete {took:.3f} s after the signal")
     assert took < BOUND_SECONDS, f"{seen}: {took:.1f} s from SIGTERM to a complete checkpoint"

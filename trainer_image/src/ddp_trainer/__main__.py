@@ -15,6 +15,7 @@ from .gpu_check import NoUsableGpu, check_gpu
 from .process_age import process_age_seconds
 from .process_exit import leave
 from .progress_log import Identity, emit, started_line, startup_line
+from .resume_checks import CheckpointMismatch
 
 
 @record  # writes the root cause to TORCHELASTIC_ERROR_FILE, which the operator reads from the termination log
@@ -37,7 +38,10 @@ def main(argv: list[str] | None = None) -> int:
 
     trainer = Trainer(cfg, env, device, who)
     trainer.serve_metrics()
-    trainer.resume()  # before the sized line: the checkpoint holds the micro-batch limit
+    try:
+        trainer.resume()  # before the sized line: the checkpoint holds the micro-batch limit
+    except CheckpointMismatch as e:
+        return recorded_failure(e, exit_codes.CHECKPOINT_MISMATCH, f"{who.prefix} ERROR {e}")
     if trainer.talks:
         emit(trainer.sized_line())
         emit(startup_line(who, process_age_seconds(), rendezvous_seconds, trainer.checkpoint_load_seconds))

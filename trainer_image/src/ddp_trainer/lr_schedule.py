@@ -10,6 +10,7 @@ et al. 2022). The peak is recomputed on every start; the checkpointed schedule r
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
@@ -40,13 +41,26 @@ def peak_lr_for_batch(base_lr: float, global_batch: int, reference: int, rule: s
     raise ValueError(f"unknown lr scaling {rule!r}")
 
 
-@dataclass
+@dataclass(frozen=True)
 class LearningRateSchedule:
+    """Linear warm-up to the peak, then constant or a cosine from the peak down to peak x min_lr_ratio at
+    total_steps. The cosine is a function of progress p in [0, 1]; p starts at anchor_progress at anchor_step
+    (0 and the end of warm-up on a fresh run) and grows linearly to 1 at total_steps. A resume with another
+    --train.steps re-anchors at the resume step (continued_from), so the LR goes on from where it was and reaches
+    the floor at the new total, instead of jumping to the new total's value for that step."""
+
     peak_lr: float
     total_steps: int
     warmup_steps: int = 0
     decay: str = "cosine"
     min_lr_ratio: float = 0.1
+    anchor_step: int = 0
+    anchor_progress: float = 0.0
+
+    def progress(self, step: int) -> float:
+        start = max(self.anchor_step, self.warmup_steps)
+        span = max(1, self.total_steps - start)
+        return min(1.0, self.anchor_progress + (1.0 - self.anchor_progress) * max(0, step - start) / span)
 
     def lr_at(self, step: int) -> float:
         """LR for the optimizer step that follows `step` completed steps."""
@@ -54,10 +68,8 @@ class LearningRateSchedule:
             return self.peak_lr * (step + 1) / self.warmup_steps
         if self.decay == "constant":
             return self.peak_lr
-        span = max(1, self.total_steps - self.warmup_steps)
-        progress = min(1.0, (step - self.warmup_steps) / span)
         floor = self.peak_lr * self.min_lr_ratio
-        return floor + (self.peak_lr - floor) * 0.5 * (1 + math.cos(math.pi * progress))
+        return floor + (self.peak_lr - floor) * 0.5 * (1 + math.cos(math.pi * self.progress(step)))
 
     def apply(self, optimizer, step: int) -> float:
         lr = self.lr_at(step)
@@ -65,11 +77,22 @@ class LearningRateSchedule:
             group["lr"] = lr
         return lr
 
+    def continued_from(self, stored: dict, step: int) -> LearningRateSchedule:
+        """This run's schedule, resumed at `step` from a checkpoint's (state_dict). The same total keeps the
+        stored anchor; another total anchors at the resume step with the progress the stored schedule had there
+        (a checkpoint from before anchors were stored has none: 0 and its warm-up)."""
+        anchor = (int(stored.get("anchor_step", 0)), float(stored.get("anchor_progress", 0.0)))
+        if int(stored["total_steps"]) != self.total_steps:
+            previous = LearningRateSchedule(
+                self.peak_lr,
+                int(stored["total_steps"]),
+                int(stored["warmup_steps"]),
+                anchor_step=anchor[0],
+                anchor_progress=anchor[1],
+            )
+            at = max(step, self.warmup_steps)
+            anchor = (at, previous.progress(at))
+        return dataclasses.replace(self, anchor_step=anchor[0], anchor_progress=anchor[1])
+
     def state_dict(self) -> dict:
-        return {
-            "peak_lr": self.peak_lr,
-            "total_steps": self.total_steps,
-            "warmup_steps": self.warmup_steps,
-            "decay": self.decay,
-            "min_lr_ratio": self.min_lr_ratio,
-        }
+        return dataclasses.asdict(self)

@@ -1,7 +1,9 @@
-"""RNG state as plain tensors and tuples, so checkpoints load with torch.load(weights_only=True)."""
+"""RNG state as plain tensors and tuples, so checkpoints load with torch.load(weights_only=True). Each rank has a
+stream of its own (dropout, augmentation), saved per rank in every checkpoint and restored by the same rank."""
 
 from __future__ import annotations
 
+import hashlib
 import random
 from typing import cast
 
@@ -41,3 +43,10 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
     random.seed(seed)
     np.random.seed(seed % 2**32)
+
+
+def rank_seed(seed: int, rank: int, step: int) -> int:
+    """A seed for (run seed, rank, step) that no other pair shares. `seed + 7919 * rank + step` gave rank 1 at step 0
+    the stream rank 0 was reseeded to at step 7919."""
+    digest = hashlib.blake2b(f"{seed}/{rank}/{step}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little")

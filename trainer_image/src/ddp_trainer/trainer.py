@@ -23,9 +23,10 @@ from .distributed_env import DistEnv
 from .final_step import write_final_step
 from .lr_schedule import LearningRateSchedule, peak_lr_for_batch, reference_batch, scaling_rule
 from .metrics import TrainerMetrics, metrics_address, serve
-from .preemption import PreemptionFlag, StopVote
+from .preemption import PreemptionFlag, StepVote
 from .progress_log import Identity, done_line, emit, progress_line, resumed_line, sized_line, warn
-from .rng_state import capture_rng, restore_rng, seed_everything
+from .resume_checks import RunShape, check_resumable
+from .rng_state import capture_rng, rank_seed, restore_rng, seed_everything
 from .workloads import Workload, build_workload
 
 
@@ -38,7 +39,8 @@ class Trainer:
         self.created = time.monotonic()
         seed_everything(cfg.train.seed)  # identical initial weights on every rank
         self.workload = workload or build_workload(cfg)
-        seed_everything(cfg.train.seed + 7919 * env.rank)  # then distinct streams (dropout, augmentation)
+        seed_everything(rank_seed(cfg.train.seed, env.rank, 0))  # then distinct streams (dropout, augmentation)
+        self.dataset_len = len(cast(Sized, self.workload.train_set))
         self.ddp, self.model = wrap_model(self.workload.model, device, cfg.ddp, self._warn)
         self.optimizer = make_optimizer(self.ddp, cfg.train)
         self.global_batch = global_batch_size(
@@ -65,7 +67,8 @@ class Trainer:
         self.metrics.world_size.set(env.world_size)
         self.metrics.restart_count.set(env.restart_count)
         self.preemption = PreemptionFlag().install()
-        self.stop_vote = StopVote(self.preemption)
+        self.vote = StepVote(self.preemption)
+        self.asked_to_save = False  # rank 0 cast a vote for a checkpoint by time that has not been written yet
         self.step, self.samples, self.position = 0, 0, SamplePosition()
         self.last_checkpoint_step, self.last_checkpoint_time = -1, time.monotonic()
         self.checkpoint_load_seconds = 0.0
@@ -112,23 +115,39 @@ class Trainer:
         state = chosen[1] if chosen else self.store.load(Path(box[0]))
         if state is None:
             raise RuntimeError(f"rank {self.env.rank} cannot read checkpoint {box[0]} that rank 0 chose")
+        check_resumable(box[0], state, self.shape)
         self.ddp.module.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.step, self.samples = int(state["step"]), int(state["samples"])
         self.position = SamplePosition(int(state["epoch"]), int(state["offset"]))
+        if "scheduler" in state:
+            self.schedule = self.schedule.continued_from(state["scheduler"], self.step)
         if self.cfg.train.micro_batch_size == 0 and "micro_batch_limit" in state:
             # What the first attempt ran fit in memory; a smaller group accumulates more rather than run larger.
             self.plan = self._plan_batches(micro_batch_limit=int(state["micro_batch_limit"]))
-        if self.env.rank == 0:
-            restore_rng(state["rng"])
-        else:  # only rank 0's RNG is saved; the others get a fresh, rank- and step-specific stream
-            seed_everything(self.cfg.train.seed + 7919 * self.env.rank + self.step)
+        self._restore_rng(state)
         self.last_checkpoint_step = self.step
         self.metrics.record_checkpoint(self.step, state.get("time"))
         self.checkpoint_load_seconds = time.monotonic() - started
         if self.talks:
             emit(resumed_line(self.who, self.step, self.samples, int(state["world_size"])))
         return True
+
+    @property
+    def shape(self) -> RunShape:
+        t = self.cfg.train
+        return RunShape(self.workload.name, self.dataset_len, t.global_batch_size, t.batch_size_per_rank)
+
+    def _restore_rng(self, state: dict) -> None:
+        """Each rank continues its own stream. A rank the writing group did not have (it grew) gets a new one of
+        its own; so do ranks other than 0 after a checkpoint from before per-rank states were kept."""
+        per_rank = state.get("rng_per_rank")
+        if per_rank is not None and self.env.rank < len(per_rank):
+            restore_rng(per_rank[self.env.rank])
+        elif per_rank is None and self.env.rank == 0 and "rng" in state:
+            restore_rng(state["rng"])
+        else:
+            seed_everything(rank_seed(self.cfg.train.seed, self.env.rank, self.step))
 
     def train(self, finish: bool = True) -> int:
         """Step until --train.steps. finish=False skips the final checkpoint, evaluation and done line (the
@@ -156,18 +175,19 @@ class Trainer:
             t3 = time.perf_counter()
             self.step += 1
             self.samples += self.global_batch
-            self.position = self.position.after_batch(self.global_batch, len(cast(Sized, self.workload.train_set)))
+            self.position = self.position.after_batch(self.global_batch, self.dataset_len)
             window_steps += 1
             self._observe_phases(t1 - t0, t2 - t1, t3 - t2)
             if self.step % cfg.log.every_steps == 0 or self.step == cfg.train.steps:
                 self._report(loss_sum, window_steps, time.monotonic() - window_start, lr)
                 loss_sum.zero_()
                 window_start, window_steps = time.monotonic(), 0
-            if self.stop_vote.step():
+            verdict = self.vote.step(ask_to_save=self._time_to_save())
+            if verdict.stop:
                 return self._preempted()
-            if self._checkpoint_due():
+            if self.store is not None and self.step < cfg.train.steps and (verdict.save or self._save_by_steps()):
                 self.save_checkpoint()
-        self.stop_vote.settle()
+        self.vote.settle()
         if not finish:
             return exit_codes.OK
         if cfg.checkpoint.on_finish and self.last_checkpoint_step != self.step:
@@ -176,7 +196,7 @@ class Trainer:
         return exit_codes.OK
 
     def _preempted(self) -> int:
-        self.stop_vote.settle()
+        self.vote.settle()
         self.save_checkpoint()
         if self.talks:
             emit(
@@ -198,6 +218,9 @@ class Trainer:
             shuffle=self.cfg.data.shuffle,
             seed=self.cfg.train.seed,
         )
+        # A generator of its own: the DataLoader draws its workers' base seed when an iterator starts, and a draw
+        # from the global stream would set a resumed run's stream one draw apart from an uninterrupted one.
+        seeds = torch.Generator().manual_seed(rank_seed(self.cfg.train.seed, self.env.rank, self.step))
         return DataLoader(
             data,
             batch_sampler=sampler,
@@ -206,6 +229,7 @@ class Trainer:
             collate_fn=_already_batched if getattr(data, "returns_batches", False) else None,
             persistent_workers=self.cfg.data.workers > 0,
             worker_init_fn=_ignore_sigterm,
+            generator=seeds,
         )
 
     def _forward_backward(self, inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
@@ -249,37 +273,46 @@ class Trainer:
         if self.talks:
             emit(progress_line(self.who, self.step, self.cfg.train.steps, self.position.epoch, loss, lr, throughput))
 
-    def _checkpoint_due(self) -> bool:
-        c = self.cfg.checkpoint
-        if self.store is None or self.env.rank != 0 or self.step >= self.cfg.train.steps:
+    def _save_by_steps(self) -> bool:
+        every = self.cfg.checkpoint.every_steps
+        return every > 0 and self.step % every == 0
+
+    def _time_to_save(self) -> bool:
+        """Rank 0's clock decides, once per checkpoint; the vote tells the other ranks at which step."""
+        every = self.cfg.checkpoint.every_seconds
+        if self.store is None or self.env.rank != 0 or every <= 0 or self.asked_to_save:
             return False
-        by_steps = c.every_steps > 0 and self.step % c.every_steps == 0
-        by_time = c.every_seconds > 0 and time.monotonic() - self.last_checkpoint_time >= c.every_seconds
-        return by_steps or by_time
+        self.asked_to_save = time.monotonic() - self.last_checkpoint_time >= every
+        return self.asked_to_save
 
     def save_checkpoint(self) -> None:
-        """Rank 0 writes; the others go on and meet it at the next collective."""
-        if self.store is None or self.env.rank != 0:
+        """Every rank gives its RNG state to rank 0, which writes; the others go on and meet it at the next
+        collective."""
+        if self.store is None:
             return
+        rng_per_rank = gather_to_rank_0(capture_rng(), self.env)
         now = time.time()
-        self.store.save(
-            {
-                "step": self.step,
-                "samples": self.samples,
-                "epoch": self.position.epoch,
-                "offset": self.position.offset,
-                "world_size": self.env.world_size,
-                "global_batch": self.global_batch,
-                "micro_batch_limit": self.plan.micro_batch_limit,
-                "workload": self.workload.name,
-                "model": self.ddp.module.state_dict(),
-                "optimizer": self.optimizer.state_dict(),
-                "scheduler": self.schedule.state_dict(),
-                "rng": capture_rng(),
-                "time": now,
-            }
-        )
+        if self.env.rank == 0:
+            self.store.save(
+                {
+                    "step": self.step,
+                    "samples": self.samples,
+                    "epoch": self.position.epoch,
+                    "offset": self.position.offset,
+                    "world_size": self.env.world_size,
+                    "global_batch": self.global_batch,
+                    "micro_batch_limit": self.plan.micro_batch_limit,
+                    "workload": self.workload.name,
+                    "shape": self.shape.state_dict(),
+                    "model": self.ddp.module.state_dict(),
+                    "optimizer": self.optimizer.state_dict(),
+                    "scheduler": self.schedule.state_dict(),
+                    "rng_per_rank": rng_per_rank,
+                    "time": now,
+                }
+            )
         self.last_checkpoint_step, self.last_checkpoint_time = self.step, time.monotonic()
+        self.asked_to_save = False
         self.metrics.record_checkpoint(self.step, now)
 
     def _finish(self, wall_seconds: float) -> None:
@@ -294,6 +327,15 @@ class Trainer:
 
     def _warn(self, message: str) -> None:
         warn(self.who, message)
+
+
+def gather_to_rank_0(mine: dict, env: DistEnv) -> list[dict] | None:
+    """Every rank's `mine`, in rank order, on rank 0 (None elsewhere)."""
+    if not dist.is_initialized():
+        return [mine]
+    everyone: list | None = [None] * env.world_size if env.rank == 0 else None
+    dist.gather_object(mine, everyone, dst=0)
+    return everyone
 
 
 def make_optimizer(model: torch.nn.Module, train_cfg) -> torch.optim.Optimizer:

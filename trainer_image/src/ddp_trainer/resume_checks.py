@@ -1,0 +1,63 @@
+"""What a checkpoint must share with the run that resumes it. A checkpoint of another workload, data set or batch
+rule would otherwise load (or half-load) and train on quietly: its data position is an offset into another
+permutation, and its step count means other samples. Refusing names each difference and how to go on."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+
+class CheckpointMismatch(ValueError):
+    """The newest checkpoint was written by a run of another shape; a retry would meet it again."""
+
+
+@dataclass(frozen=True)
+class RunShape:
+    workload: str
+    dataset_len: int  # samples in the training set
+    fixed_global_batch: int  # --train.global-batch-size; 0: the global batch is the per-rank batch x world size
+    batch_size_per_rank: int  # what sets the global batch when fixed_global_batch is 0
+
+    def state_dict(self) -> dict:
+        return asdict(self)
+
+
+# (field, what the message calls it, the flag that sets it)
+_CHECKED = (
+    ("workload", "workload", "--workload or --entrypoint"),
+    ("dataset_len", "training set length", "the data set, e.g. --model.train-samples"),
+    ("fixed_global_batch", "fixed global batch", "--train.global-batch-size"),
+    ("batch_size_per_rank", "batch per rank", "--train.batch-size-per-rank"),
+)
+
+
+def differences(stored: dict, current: RunShape) -> list[str]:
+    """Each way `stored` (a checkpoint's "shape", or its top-level keys before shapes were kept) differs."""
+    shape = dict(stored.get("shape") or _shape_before_shapes(stored, current))
+    if shape.get("fixed_global_batch", 0) > 0 or current.fixed_global_batch > 0:
+        shape.pop("batch_size_per_rank", None)  # a fixed global batch does not depend on it
+    now = current.state_dict()
+    return [
+        f"{words} {shape[name]!r} there, {now[name]!r} here ({flag})"
+        for name, words, flag in _CHECKED
+        if shape.get(name) is not None and shape[name] != now[name]
+    ]
+
+
+def _shape_before_shapes(stored: dict, current: RunShape) -> dict:
+    """A checkpoint written before shapes were kept has its workload's name and its global batch, which is the
+    fixed one when the run fixes it (a per-rank batch's global batch changes with the world size)."""
+    shape = {"workload": stored.get("workload")}
+    if current.fixed_global_batch > 0:
+        shape["fixed_global_batch"] = stored.get("global_batch")
+    return shape
+
+
+def check_resumable(checkpoint: str, stored: dict, current: RunShape) -> None:
+    found = differences(stored, current)
+    if found:
+        raise CheckpointMismatch(
+            f"refusing to resume from {checkpoint}, written by a run of another shape: {'; '.join(found)}. "
+            "Resuming would continue at a data position and step that mean other samples. Run with the "
+            "checkpoint's settings, or start afresh with another --checkpoint.dir"
+        )
