@@ -12,41 +12,71 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, star
 # progress scrape reads step, loss and samples per second (tests/trainer/test_report.py holds it to that).
 STEP_SERIES = "ddp_trainer_step"
 LOSS_SERIES = "ddp_trainer_loss"
-SAMPLES_SERIES = "ddp_trainer_samples"  # a counter: scraped as ddp_trainer_samples_total
+SAMPLES_SERIES = "ddp_trainer_samples"  # a counter from 0 in each process: scraped as ddp_trainer_samples_total
+RUN_SAMPLES_SERIES = "ddp_trainer_run_samples"  # a gauge: the run's samples since step 0, across restarts
 SAMPLES_PER_SECOND_SERIES = "ddp_trainer_samples_per_second"
 WORLD_SIZE_SERIES = "ddp_trainer_world_size"
+TORCHRUN_RESTARTS_SERIES = "ddp_trainer_torchrun_restarts"
+# Deprecated: the same value under a name whose suffix Prometheus reserves for histograms and summaries. Served
+# until the chart's dashboard reads TORCHRUN_RESTARTS_SERIES; then removed.
 RESTART_COUNT_SERIES = "ddp_trainer_restart_count"
-LABELS = ("job", "rank")
+# `ddpjob` and `job` both carry the DDPJob's name: `job` is Prometheus' own target label and only survives a
+# scrape with honorLabels, so readers move to `ddpjob` and `job` goes once the chart's alerts and dashboard have.
+LABELS = ("job", "ddpjob", "attempt", "rank")
 DEFAULT_PORT = 9400  # --metrics.port's default (config.MetricsConfig); the endpoint is on this + LOCAL_RANK
 PORT_ENV = "DDP_TRAINER_METRICS_PORT"  # the env form of --metrics.port (config.env_name)
 
+CHECKPOINT_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
 PHASE_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 
 
+def label_values(job: str, attempt: str, rank: int) -> dict[str, str]:
+    return {"job": job, "ddpjob": job, "attempt": attempt, "rank": str(rank)}
+
+
 class TrainerMetrics:
-    def __init__(self, job: str, rank: int):
+    def __init__(self, job: str, rank: int, attempt: str = "0"):
         self.registry = CollectorRegistry()
         labels = LABELS
-        self._labels = {"job": job, "rank": str(rank)}
-        self._samples_counted = 0
+        self._labels = label_values(job, attempt, rank)
 
         def gauge(name, doc):
             return Gauge(name, doc, labels, registry=self.registry).labels(**self._labels)
 
         self.step = gauge(STEP_SERIES, "Optimizer steps completed (global, survives restarts)")
         self.samples_total = Counter(
-            SAMPLES_SERIES, "Training samples consumed by the whole group", labels, registry=self.registry
+            SAMPLES_SERIES,
+            "Training samples the whole group consumed while this process ran (from 0 at each start)",
+            labels,
+            registry=self.registry,
         ).labels(**self._labels)
+        self.run_samples = gauge(RUN_SAMPLES_SERIES, "Training samples the run consumed since step 0, across restarts")
+        self.tokens_per_second = gauge(
+            "ddp_trainer_tokens_per_second", "Group throughput in tokens over the last log window (token workloads)"
+        )
         self.samples_per_second = gauge(SAMPLES_PER_SECOND_SERIES, "Group throughput over the last log window")
         self.loss = gauge(LOSS_SERIES, "Training loss, mean over the group at the last log step")
         self.learning_rate = gauge("ddp_trainer_learning_rate", "Current learning rate")
         self.world_size = gauge(WORLD_SIZE_SERIES, "Ranks in the process group")
-        self.restart_count = gauge(RESTART_COUNT_SERIES, "torchrun in-place restarts (TORCHELASTIC_RESTART_COUNT)")
+        self.torchrun_restarts = gauge(
+            TORCHRUN_RESTARTS_SERIES, "torchrun in-place restarts (TORCHELASTIC_RESTART_COUNT)"
+        )
+        self.restart_count = gauge(RESTART_COUNT_SERIES, f"Deprecated: {TORCHRUN_RESTARTS_SERIES}")
         self.last_checkpoint_step = gauge("ddp_trainer_last_checkpoint_step", "Step of the newest checkpoint")
         self.last_checkpoint_timestamp = gauge(
             "ddp_trainer_last_checkpoint_timestamp_seconds", "Unix time of the newest checkpoint (age = time() - this)"
         )
         self.gpu_memory_bytes = gauge("ddp_trainer_gpu_memory_bytes", "CUDA memory allocated by this rank")
+        self.checkpoint_save_seconds = Histogram(
+            "ddp_trainer_checkpoint_save_seconds",
+            "From the start of a save to its last byte on disk, as this rank waited for it (rank 0 writes)",
+            labels,
+            buckets=CHECKPOINT_BUCKETS,
+            registry=self.registry,
+        ).labels(**self._labels)
+        self.checkpoint_load_seconds = gauge(
+            "ddp_trainer_checkpoint_load_seconds", "Time this start spent choosing and loading its checkpoint"
+        )
         phase = Histogram(
             "ddp_trainer_step_phase_seconds",
             "Step time by phase",
@@ -56,11 +86,15 @@ class TrainerMetrics:
         )
         self.phase = {p: phase.labels(**self._labels, phase=p) for p in ("data", "forward_backward", "optimizer")}
 
-    def set_samples_total(self, value: int) -> None:
-        # A resumed run starts its counter at the checkpoint's count; counters can only grow from zero.
-        if value > self._samples_counted:
-            self.samples_total.inc(value - self._samples_counted)
-            self._samples_counted = value
+    def set_restarts(self, count: int) -> None:
+        self.torchrun_restarts.set(count)
+        self.restart_count.set(count)
+
+    def count_samples(self, consumed: int, run_total: int) -> None:
+        """`consumed` samples since the last call; the counter starts at 0 in every process, as counters do, so
+        increase() and rate() never see a resumed run's whole count as one jump."""
+        self.samples_total.inc(consumed)
+        self.run_samples.set(run_total)
 
     def record_checkpoint(self, step: int, when: float | None = None) -> None:
         self.last_checkpoint_step.set(step)

@@ -1,5 +1,6 @@
 """Progress from your own training loop: `report(step, loss, samples)` once per step serves the series the bundled
-harness serves (ddp_trainer_step, _loss, _samples_total, _samples_per_second, _world_size, _restart_count), so a
+harness serves (ddp_trainer_step, _loss, _samples_total, _run_samples, _samples_per_second, _world_size,
+_torchrun_restarts and the deprecated _restart_count), so a
 DDPJob running your script gets status.progress, the STEP column, the alerts, the dashboard and the
 progress deadline. Usable on its own: it imports neither torch nor the harness's trainer or config.
 
@@ -13,7 +14,9 @@ The first call starts the endpoint on $POD_IP (or 0.0.0.0):<base + LOCAL_RANK>, 
 or 9400 (0 turns it off), as the harness's --metrics.port. Every rank may call it; a rank that cannot listen
 warns once and trains on. A call stores a few values and reads the clock: no lock, no I/O, no collective, no
 device sync. A loss tensor is kept detached and read only when the endpoint is scraped, so `.item()` is not
-needed; the samples rate is recomputed at most once a second."""
+needed; the samples rate is recomputed at most once a second. `samples` is the run's count since step 0 (served as
+ddp_trainer_run_samples); the ddp_trainer_samples_total counter counts from 0 at this process's first report, so
+a resumed loop's count is no jump."""
 
 from __future__ import annotations
 
@@ -33,10 +36,13 @@ from .metrics import (
     LOSS_SERIES,
     PORT_ENV,
     RESTART_COUNT_SERIES,
+    RUN_SAMPLES_SERIES,
     SAMPLES_PER_SECOND_SERIES,
     SAMPLES_SERIES,
     STEP_SERIES,
+    TORCHRUN_RESTARTS_SERIES,
     WORLD_SIZE_SERIES,
+    label_values,
     metrics_address,
 )
 from .progress_log import Identity
@@ -64,10 +70,12 @@ class ProgressReporter:
         self.step: int | None = None
         self.loss: SupportsFloat | None = None
         self.samples: int | None = None
+        self._first_samples: int | None = None  # the count at this process's first report: its counter's zero
         self.samples_per_second: float | None = None
         self._window: tuple[float, int] | None = None  # (when, samples) at the start of the rate window
         rank = _int_env(self._environ, "RANK", 0)
-        self._label_values = [Identity.from_environ(rank, self._environ).job, str(rank)]
+        who = Identity.from_environ(rank, self._environ)
+        self._label_values = list(label_values(who.job, who.attempt, rank).values())
         self.world_size = _int_env(self._environ, "WORLD_SIZE", 1)
         self.restart_count = _int_env(self._environ, "TORCHELASTIC_RESTART_COUNT", 0)
         self.registry = CollectorRegistry()
@@ -82,6 +90,8 @@ class ProgressReporter:
             self.loss = loss if loss.__class__ is float else _detached(loss)
         if samples is not None:
             previous, self.samples = self.samples, samples
+            if self._first_samples is None or samples < self._first_samples:
+                self._first_samples = samples
             now = self._clock()
             window = self._window
             if window is None or (previous is not None and samples < previous):  # a count that went back
@@ -142,16 +152,20 @@ class ProgressReporter:
             (LOSS_SERIES, "Training loss this rank reported last", _float_or_none(self.loss)),
             (SAMPLES_PER_SECOND_SERIES, "Group throughput over the last second or more", self.samples_per_second),
             (WORLD_SIZE_SERIES, "Ranks in the process group (WORLD_SIZE)", self.world_size),
-            (RESTART_COUNT_SERIES, "torchrun in-place restarts (TORCHELASTIC_RESTART_COUNT)", self.restart_count),
+            (TORCHRUN_RESTARTS_SERIES, "torchrun in-place restarts (TORCHELASTIC_RESTART_COUNT)", self.restart_count),
+            (RESTART_COUNT_SERIES, f"Deprecated: {TORCHRUN_RESTARTS_SERIES}", self.restart_count),
+            (RUN_SAMPLES_SERIES, "Training samples the run consumed since step 0, as the loop reported", self.samples),
         ]
         for name, doc, value in values:
             if value is not None:
                 gauge = GaugeMetricFamily(name, doc, labels=LABELS)
                 gauge.add_metric(self._label_values, value)
                 yield gauge
-        if self.samples is not None:
-            counter = CounterMetricFamily(SAMPLES_SERIES, "Training samples consumed by the whole group", labels=LABELS)
-            counter.add_metric(self._label_values, self.samples)
+        if self.samples is not None and self._first_samples is not None:
+            counter = CounterMetricFamily(
+                SAMPLES_SERIES, "Training samples the group consumed since this process's first report", labels=LABELS
+            )
+            counter.add_metric(self._label_values, self.samples - self._first_samples)
             yield counter
 
 

@@ -63,9 +63,9 @@ class Trainer:
         self.store = (
             CheckpointStore(cfg.checkpoint.dir, cfg.checkpoint.keep, self._warn) if cfg.checkpoint.dir else None
         )
-        self.metrics = TrainerMetrics(who.job, env.rank)
+        self.metrics = TrainerMetrics(who.job, env.rank, who.attempt)
         self.metrics.world_size.set(env.world_size)
-        self.metrics.restart_count.set(env.restart_count)
+        self.metrics.set_restarts(env.restart_count)
         self.preemption = PreemptionFlag().install()
         self.vote = StepVote(self.preemption)
         self.asked_to_save = False  # rank 0 cast a vote for a checkpoint by time that has not been written yet
@@ -129,6 +129,7 @@ class Trainer:
         self.last_checkpoint_step = self.step
         self.metrics.record_checkpoint(self.step, state.get("time"))
         self.checkpoint_load_seconds = time.monotonic() - started
+        self.metrics.checkpoint_load_seconds.set(self.checkpoint_load_seconds)
         if self.talks:
             emit(resumed_line(self.who, self.step, self.samples, int(state["world_size"])))
         return True
@@ -157,7 +158,7 @@ class Trainer:
         batches = iter(loader)
         window_start, window_steps = time.monotonic(), 0
         loss_sum = torch.zeros((), device=self.device)
-        self.metrics.set_samples_total(self.samples)
+        self.metrics.count_samples(0, self.samples)
         self.metrics.step.set(self.step)
         while self.step < cfg.train.steps:
             t0 = time.perf_counter()
@@ -264,8 +265,10 @@ class Trainer:
         throughput = self.global_batch * steps / max(seconds, 1e-9)
         m = self.metrics
         m.step.set(self.step)
-        m.set_samples_total(self.samples)
+        m.count_samples(self.global_batch * steps, self.samples)
         m.samples_per_second.set(throughput)
+        if self.workload.tokens_per_sample > 0:
+            m.tokens_per_second.set(throughput * self.workload.tokens_per_sample)
         m.loss.set(loss)
         m.learning_rate.set(lr)
         if self.device.type == "cuda":
@@ -290,6 +293,7 @@ class Trainer:
         collective."""
         if self.store is None:
             return
+        started = time.monotonic()
         rng_per_rank = gather_to_rank_0(capture_rng(), self.env)
         now = time.time()
         if self.env.rank == 0:
@@ -312,6 +316,7 @@ class Trainer:
                 }
             )
         self.last_checkpoint_step, self.last_checkpoint_time = self.step, time.monotonic()
+        self.metrics.checkpoint_save_seconds.observe(self.last_checkpoint_time - started)
         self.asked_to_save = False
         self.metrics.record_checkpoint(self.step, now)
 

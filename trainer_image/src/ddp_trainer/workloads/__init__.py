@@ -40,6 +40,7 @@ class Workload:
     evaluate: Callable[[nn.Module, torch.device], float] | None = None  # rank 0, after the last step
     final_metric: str = "final_loss"  # name printed on the done line
     flops_per_sample: float = 0.0  # forward + backward, for MFU; 0 when unknown
+    tokens_per_sample: int = 0  # sequence workloads: tokens a sample trains on, for tokens/s; 0 when not tokens
 
 
 def build_workload(cfg) -> Workload:

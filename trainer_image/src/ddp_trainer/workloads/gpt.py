@@ -102,4 +102,5 @@ def build(cfg) -> Workload:
         evaluate=evaluate,
         final_metric="eval_loss",
         flops_per_sample=p["seq_len"] * flops_per_token(model, p["layers"], p["width"], p["seq_len"]),
+        tokens_per_sample=p["seq_len"],
     )
