@@ -74,6 +74,11 @@ if ! skip kueue; then
     --quota "${BENCH_KUEUE_QUOTA:-10}" --run-seconds "${BENCH_KUEUE_RUN_SECONDS:-10}"
 fi
 
+if ! skip progress; then
+  say "progress writes: ${BENCH_PROGRESS_JOBS:-1000} Running jobs reporting progress, status writes/s and STEP staleness, this tree vs before the back-off"
+  "$py" "$root/bench/progress_writes.py" --out "$results/progress_writes.json" --jobs "${BENCH_PROGRESS_JOBS:-1000}"
+fi
+
 if ! skip deletion; then
   say "deletion: a namespace with ${BENCH_DELETION_JOBS:-100} running 2-pod jobs, and delete ddpj --all, vs bare pods"
   "$py" "$root/bench/namespace_deletion.py" --out "$results/namespace_deletion.json" \

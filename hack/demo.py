@@ -23,6 +23,7 @@ from ddpjob_localnode.layout import default_node_name
 from ddpjob_localnode.recovery import RecoveryClock, find_worker_process, parse_trainer_log
 
 ROOT = Path(__file__).resolve().parents[1]
+QUEUE_LABEL_POLICY = ROOT / "charts" / "ddpjob-operator" / "files" / "queue-label-policy"  # queue_label.py
 CLUSTER_DIR = Path(os.environ.get("CLUSTER_DIR", ROOT / ".local-cluster"))
 KUBECTL = str(ROOT / ".cache" / "bin" / "kubectl")
 NAMESPACE = os.environ.get("DEMO_NAMESPACE", "ddpjob-demo")
@@ -56,6 +57,7 @@ def _alive(pid_file: Path) -> int | None:
 def start_operator() -> None:
     kubectl("apply", "--server-side", "--force-conflicts", "-f", str(ROOT / "crds"))
     kubectl("wait", "--for=condition=Established", "--timeout=60s", "crd/ddpjobs.ddpjob.dev")
+    kubectl("apply", "--server-side", "--force-conflicts", "-f", str(QUEUE_LABEL_POLICY))
     pid = _alive(OPERATOR_PID)
     if pid:
         say(f"operator already running (pid {pid}, log {OPERATOR_LOG})")

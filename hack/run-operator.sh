@@ -10,5 +10,6 @@ py="$root/.venv/bin/python"
 "$py" -c "import ddpjob_operator" 2>/dev/null || "$root/.venv/bin/pip" install -q -e "$root/operator"
 kubectl apply --server-side --force-conflicts -f "$root/crds" >&2
 kubectl wait --for=condition=Established --timeout=60s crd/ddpjobs.ddpjob.dev >/dev/null
+kubectl apply --server-side --force-conflicts -f "$root/charts/ddpjob-operator/files/queue-label-policy" >&2
 echo ">> ddpjob-operator against $KUBECONFIG (metrics :${METRICS_PORT:-8080}, liveness :${LIVENESS_PORT:-8081})" >&2
 exec "$py" -m ddpjob_operator --metrics-port "${METRICS_PORT:-8080}" --liveness-port "${LIVENESS_PORT:-8081}" "$@"

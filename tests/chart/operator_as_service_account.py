@@ -52,6 +52,7 @@ class OperatorRun:
     kubeconfig: Path
     log: Path
     metrics_port: int = 0
+    standby_metrics_port: int = 0  # an HA test's second operator
     proc: subprocess.Popen | None = None
 
     def kubectl_as_operator(self, *args: str) -> subprocess.CompletedProcess:

@@ -21,10 +21,21 @@ def test_helm_lint_strict_defaults_and_all_features():
 def test_defaults_render_only_the_core_and_no_monitoring():
     kinds = sorted(d["kind"] for d in render())
     # The Job is the pre-delete hook that stops the jobs' pods on `helm uninstall` (uninstall.releasePods).
-    assert kinds == ["ClusterRole", "ClusterRoleBinding", "Deployment", "Job", "Service", "ServiceAccount"]
+    assert kinds == ["ClusterRole", "ClusterRoleBinding", "Deployment", "Job", "Service", "ServiceAccount",
+                     "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"]
     hook = next(d for d in render() if d["kind"] == "Job")
     assert hook["metadata"]["annotations"]["helm.sh/hook"] == "pre-delete"
     assert "Job" not in {d["kind"] for d in render({"uninstall.releasePods": "false"})}
+
+
+def test_the_queue_label_policy_is_the_local_clusters_one_named_per_release():
+    """One source (files/queue-label-policy/): the chart renders it under the release's name, rule unchanged."""
+    source = yaml.safe_load((CHART / "files" / "queue-label-policy" / "policy.yaml").read_text())
+    policy, binding = (d for d in render() if d["kind"].startswith("ValidatingAdmissionPolicy"))
+    assert policy["spec"] == source["spec"]
+    assert policy["metadata"]["name"] == binding["metadata"]["name"] == binding["spec"]["policyName"]
+    assert policy["metadata"]["name"].endswith("-queue-label")
+    assert not [d for d in render({"queueLabelPolicy": "false"}) if d["kind"].startswith("ValidatingAdmission")]
 
 
 def test_every_feature_on_renders_every_kind():

@@ -6,6 +6,7 @@ refused, so the peering RBAC is exactly enough."""
 from __future__ import annotations
 
 import json
+import urllib.request
 
 import pytest
 
@@ -25,7 +26,9 @@ def primary_and_standby(cluster, chart_crds, tmp_path_factory):
     run = operator_sa.start(cluster, work, single_namespace=True, ha=True)
     standby_log = work / "standby.log"
     # --verbose: kopf's pause/resume lines are INFO, which the operator's normal logging leaves out.
-    standby, _ = operator_sa.spawn(run, standby_log, ["--peering", run.fullname, "--priority", "50", "--verbose"])
+    standby, standby_metrics = operator_sa.spawn(run, standby_log,
+                                                 ["--peering", run.fullname, "--priority", "50", "--verbose"])
+    run.standby_metrics_port = standby_metrics
     yield run, standby, standby_log
     operator_sa.terminate(standby)
     operator_sa.stop(run)
@@ -59,3 +62,44 @@ def test_standby_pauses_and_takes_over_when_the_primary_stops(cluster, primary_a
     assert_no_request_refused(run)
     refused = [line for line in standby_text().splitlines() if "forbidden" in line.lower()]
     assert not refused, refused
+
+
+def metric(port: int, name: str) -> float:
+    """The sum of a counter's samples on an operator's /metrics page."""
+    from prometheus_client.parser import text_string_to_metric_families
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as rsp:
+        text = rsp.read().decode()
+    return sum(s.value for f in text_string_to_metric_families(text) for s in f.samples if s.name == name)
+
+
+def test_a_standby_paused_by_the_returning_primary_writes_nothing(cluster, primary_and_standby, tmp_path):
+    """After a fail-over the old primary comes back and the standby pauses. kopf's pause stops its watch streams
+    only: its work queue and resync went on planning from a frozen cache. Here the frozen cache holds a Running
+    job whose activeDeadlineSeconds runs out while the standby is paused, so every pass it plans would write
+    (Failed, DeadlineExceeded, its pods deleted). The standby sends no write at all; the primary ends the job."""
+    run, standby, standby_log = primary_and_standby
+    if run.proc.poll() is None:  # run alone: fail over first, as the test before does
+        operator_sa.terminate(run.proc)
+    ns, name = run.watch_namespace, "ha-deadline"
+    standby_text = lambda: standby_log.read_text(errors="replace")  # noqa: E731
+    job = job_lifecycle.job_manifest(name)
+    job["spec"].setdefault("runPolicy", {})["activeDeadlineSeconds"] = 60
+    cluster.kubectl("-n", ns, "apply", "-f", "-", input=json.dumps(job))
+    wait_until(lambda: job_lifecycle.get_json(cluster, ns, "ddpjob", name).get("status", {}).get("phase")
+               == "Running", timeout=90, what=f"the standby (leading now) running {ns}/{name}")
+
+    primary, _ = operator_sa.spawn(run, tmp_path / "primary-again.log", ["--peering", run.fullname, "--priority",
+                                                                          "100"])
+    try:
+        wait_until(lambda: "standing by in the peering" in standby_text(), timeout=60,
+                   what="the standby standing by for the returning primary")
+        writes = metric(run.standby_metrics_port, "ddpjob_api_writes_total")
+        skipped = metric(run.standby_metrics_port, "ddpjob_standby_passes_skipped_total")
+        wait_until(lambda: job_lifecycle.get_json(cluster, ns, "ddpjob", name).get("status", {}).get("reason")
+                   == "DeadlineExceeded", timeout=120, what="the returned primary ending the job at its deadline")
+        # The standby's resync (every 5 s) keeps offering it passes: they are skipped, and none writes.
+        wait_until(lambda: metric(run.standby_metrics_port, "ddpjob_standby_passes_skipped_total") >= skipped + 3,
+                   timeout=60, what="three more passes offered to the paused standby")
+        assert metric(run.standby_metrics_port, "ddpjob_api_writes_total") == writes, standby_text()[-4000:]
+    finally:
+        operator_sa.terminate(primary)

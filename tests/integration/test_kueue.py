@@ -18,7 +18,7 @@ from support import kueue as kueue_support
 from support.cluster import delete_namespace, wait_until
 from support.kueue import QUEUE_LABEL, condition, is_queued
 from support.nodes import NodePool
-from support.operator import ROOT, OperatorProcess
+from support.operator import QUEUE_LABEL_POLICY, ROOT, OperatorProcess
 
 from ddpjob_manifests import ddpjob
 from namespaced_kubectl import Kube
@@ -212,3 +212,120 @@ def test_the_kueue_examples_are_accepted_by_kueue_and_the_api_server(cluster, ku
         done = cluster.kubectl("apply", "--dry-run=server", "-f", str(ROOT / "examples" / "kueue" / manifest),
                                check=False)
         assert done.returncode == 0, done.stdout + done.stderr
+
+
+# --- issue 27: quota held by nothing running, and the queue label ----------------------------------------------
+def test_a_preempted_job_re_admitted_onto_nodes_that_cannot_run_it_is_evicted_by_wait_for_pods_ready(
+        kube, ns, nodes, cluster):
+    """After a preemption the Workload waits with PodsReady WaitForStart, as Kueue's own integrations write it, so
+    its next admission is timed out too. Before, it said WaitForRecovery, which Kueue times out only with
+    recoveryTimeout set (off by default): re-admitted where it cannot run, the job held its quota for ever."""
+    pool = nodes(4)  # names of this test's nodes
+    queue(kube, ns, gpus=16, preemption={"withinClusterQueue": "LowerPriority"})
+    high_class = f"{ns}-high"
+    kube.apply({"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "metadata": {"name": high_class},
+                "value": 1000})
+    try:
+        kube.apply(queued_job("low"))
+        kube.running_pods("low", 0, 2, timeout=ADMIT_WITHIN)
+        wait_until(lambda: condition(workloads(kube, "low")[0], "PodsReady").get("status") == "True", timeout=30,
+                   what="low's Workload PodsReady")
+        high = queued_job("high")
+        high["spec"]["template"]["spec"]["priorityClassName"] = high_class
+        kube.apply(high)
+        kube.wait_status("low", lambda s: is_queued(s) and "Preempted" in condition(s, "Queued")["message"],
+                         timeout=ADMIT_WITHIN, what="low preempted, Queued")
+        kube.running_pods("high", 0, 2, timeout=ADMIT_WITHIN)
+        wait_until(lambda: not kube.pods("low"), timeout=30, what="low's pods gone")
+        reason = condition(workloads(kube, "low")[0], "PodsReady").get("reason")
+        assert reason == "WaitForStart", workloads(kube, "low")[0]["status"]
+        for node in pool:
+            cluster.kubectl("taint", "node", node, "ddpjob.dev/test-full=true:NoSchedule")
+        finish(kube, "high")  # the quota is free again: low is admitted onto nodes that cannot take it
+        status = kube.wait_status(
+            "low", lambda s: is_queued(s) and "PodsReadyTimeout" in condition(s, "Queued")["message"],
+            timeout=ADMIT_WITHIN + 60, what="low re-admitted, then evicted for PodsReadyTimeout")
+        assert status["restarts"] == 0 and status["platformRestarts"] == 0, status
+    finally:
+        cluster.kubectl("delete", "priorityclass", high_class, check=False)
+
+
+def test_suspending_an_admitted_job_gives_its_quota_to_a_queued_one(kube, ns, nodes):
+    nodes(4)
+    queue(kube, ns, gpus=16)
+    kube.apply(queued_job("first"))
+    kube.wait_phase("first", "Running", timeout=ADMIT_WITHIN)
+    kube.apply(queued_job("second"))
+    kube.wait_status("second", is_queued, timeout=ADMIT_WITHIN, what="second Queued behind first's quota")
+    kube("patch", "ddpj", "first", "--type=merge", "-p", json.dumps({"spec": {"runPolicy": {"suspend": True}}}))
+    kube.wait_phase("first", "Suspended")
+    kube.wait_phase("second", "Running", timeout=ADMIT_WITHIN)
+    (wl,) = workloads(kube, "first")
+    assert wl["spec"].get("active") is False and not (wl.get("status") or {}).get("admission"), wl
+    # Resumed, it queues again as a new job would, behind the quota the second job now holds.
+    kube("patch", "ddpj", "first", "--type=merge", "-p", json.dumps({"spec": {"runPolicy": {"suspend": False}}}))
+    kube.wait_status("first", is_queued, timeout=ADMIT_WITHIN, what="first Queued again after its resume")
+    wait_until(lambda: workloads(kube, "first")[0]["spec"].get("active") is True, timeout=30,
+               what="first's Workload active again")
+    assert kube.pods("first") == []
+    finish(kube, "second")
+    kube.wait_phase("first", "Running", timeout=ADMIT_WITHIN)
+
+
+def test_the_queue_label_cannot_change_while_a_job_is_admitted_or_has_pods(kube, ns, nodes):
+    nodes(4)
+    queue(kube, ns, gpus=16)
+    kube.apply(queued_job("governed"))
+    kube.wait_phase("governed", "Running", timeout=ADMIT_WITHIN)
+    done = kube("label", "ddpj", "governed", f"{QUEUE_LABEL}-", check=False)
+    assert done.returncode != 0 and "cannot change" in done.stderr and "suspend it first" in done.stderr, done.stderr
+    free = ddpjob("free", replicas=1, gpus=8)
+    kube.apply(free)
+    kube.wait_phase("free", "Running", timeout=ADMIT_WITHIN)
+    done = kube("label", "ddpj", "free", f"{QUEUE_LABEL}=q", check=False)
+    assert done.returncode != 0 and "cannot change" in done.stderr, done.stderr
+    # Suspended, the label may change.
+    kube("patch", "ddpj", "free", "--type=merge", "-p", json.dumps({"spec": {"runPolicy": {"suspend": True}}}))
+    kube.wait_phase("free", "Suspended")
+    wait_until(lambda: not kube.pods("free"), timeout=30, what="free's pods gone")
+    kube("label", "ddpj", "free", f"{QUEUE_LABEL}=q")
+
+
+@pytest.fixture
+def without_the_policy(cluster):
+    """A cluster where the chart's ValidatingAdmissionPolicy is not installed (its binding removed meanwhile)."""
+    cluster.kubectl("delete", "validatingadmissionpolicybinding", "ddpjob-queue-label", "--ignore-not-found")
+    yield
+    cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(QUEUE_LABEL_POLICY))
+
+
+def held(kube: Kube, job: str):
+    return kube.wait_status(job, lambda s: condition(s, "QueueLabelHeld").get("status") == "True", timeout=30,
+                            what=f"{job}'s QueueLabelHeld condition")
+
+
+def test_without_the_policy_a_label_change_on_an_active_job_is_held(kube, ns, nodes, without_the_policy):
+    nodes(4)
+    queue(kube, ns, gpus=16)
+    kube.apply(queued_job("governed"))
+    kube.running_pods("governed", 0, 2, timeout=ADMIT_WITHIN)
+    governed_uids = {p["metadata"]["uid"] for p in kube.pods("governed")}
+    kube("label", "ddpj", "governed", f"{QUEUE_LABEL}-")
+    status = held(kube, "governed")
+    assert status["phase"] == "Running" and status["queue"] == "q", status
+    assert "QueueLabelHeld" in {e["reason"] for e in kube.events("governed")}
+    assert {p["metadata"]["uid"] for p in kube.pods("governed")} == governed_uids
+    (wl,) = workloads(kube, "governed")
+    # Still governed: when it ends, its Workload finishes and gives the quota back.
+    finish(kube, "governed")
+    wait_until(lambda: condition(workloads(kube, "governed")[0], "Finished").get("status") == "True", timeout=30,
+               what="the Workload of the job whose label was removed Finished")
+
+    kube.apply(ddpjob("free", replicas=1, gpus=8))
+    kube.running_pods("free", 0, 1, timeout=ADMIT_WITHIN)
+    free_uids = {p["metadata"]["uid"] for p in kube.pods("free")}
+    kube("label", "ddpj", "free", f"{QUEUE_LABEL}=q")
+    status = held(kube, "free")
+    assert status["phase"] == "Running" and not status.get("queue"), status
+    assert {p["metadata"]["uid"] for p in kube.pods("free")} == free_uids, "a label added to a running job stopped it"
+    assert workloads(kube, "free") == []

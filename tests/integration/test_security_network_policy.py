@@ -49,3 +49,19 @@ def test_a_deleted_policy_is_put_back(kube, operator):
     kube("delete", "networkpolicy", "refence")
     wait_until(lambda: (kube.get("networkpolicy", "refence") or {}).get("metadata", {}).get("uid") not in (None, uid),
                timeout=40, what="policy recreated")
+
+
+def test_a_foreign_policy_of_the_jobs_name_is_not_taken_for_its_own(kube, operator):
+    """Someone's NetworkPolicy named like the job, without our label: the job does not run without the isolation
+    it asked for; it waits, says why, and runs once the name is free."""
+    kube.apply({"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy", "metadata": {"name": "squat"},
+                "spec": {"podSelector": {}, "policyTypes": ["Ingress"], "ingress": [{}]}})
+    kube.apply(ddpjob("squat", replicas=1, gpus=1, networkPolicy=True))
+    status = kube.wait_status("squat", lambda s: s.get("reason") == "NetworkPolicyConflict", timeout=30,
+                              what="REASON NetworkPolicyConflict")
+    assert status["phase"] == "Pending" and kube.pods("squat") == [], status
+    assert "NetworkPolicyConflict" in {e["reason"] for e in kube.events("squat")}
+    kube("delete", "networkpolicy", "squat")
+    kube.running_pods("squat", attempt=0, n=1, timeout=60)
+    policy = wait_until(lambda: kube.get("networkpolicy", "squat"), timeout=30, what="the job's own policy")
+    assert policy["metadata"]["ownerReferences"][0]["name"] == "squat"

@@ -15,6 +15,7 @@ from support.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 CRD_DIR = ROOT / "crds"
+QUEUE_LABEL_POLICY = ROOT / "charts" / "ddpjob-operator" / "files" / "queue-label-policy"
 
 # Short timers so the integration suite stays fast; production defaults are in ddpjob_operator.config.
 FAST_ENV = {
@@ -117,6 +118,8 @@ class OperatorProcess:
 
 
 def install_crds(kubectl) -> None:
-    """Apply crds/ and wait until the API serves them (idempotent; every suite may call it)."""
+    """Apply crds/ and wait until the API serves them, then the queue-label admission policy the chart ships
+    (idempotent; every suite may call it)."""
     kubectl("apply", "--server-side", "--force-conflicts", "-f", str(CRD_DIR))
     kubectl("wait", "--for=condition=Established", "--timeout=60s", "crd/ddpjobs.ddpjob.dev")
+    kubectl("apply", "--server-side", "--force-conflicts", "-f", str(QUEUE_LABEL_POLICY))

@@ -30,7 +30,7 @@ def workload_of(job, conditions=(), admission_count=None, evicted_reason=None, p
     template = build_worker_pod(ref, spec, index=0, attempt=0, restarts=0, size=spec.replicas)
     min_count = spec.elastic.min_replicas if spec.elastic else None
     name = kueue.workload_name("a", job["metadata"]["uid"], spec.replicas, min_count, template)
-    wl = kueue.build_workload(job=job, owner=owner_reference(ref), name=name, template=template,
+    wl = kueue.build_workload(job=job, queue="team", owner=owner_reference(ref), name=name, template=template,
                               count=spec.replicas, min_count=min_count, priorities={})
     wl["metadata"]["resourceVersion"] = "7"
     status: dict = {"conditions": [{"type": t, "status": s, "reason": t, "message": f"{t} says so"}

@@ -105,6 +105,17 @@ def test_a_template_with_its_own_scheduler_passes_through_without_a_podgroup():
     assert plan.status["placement"] == "OwnScheduler"
 
 
+def test_a_template_pinned_to_a_node_gets_no_podgroup_so_it_cannot_switch_gangs_off_for_everyone():
+    """Its pods bypass the scheduler, which would never write a verdict on a PodGroup of theirs: gang discovery
+    would take that silence as the whole cluster's scheduler not gang-scheduling (issue 27, item 9)."""
+    job = make_job("a").replicas(2)
+    job.obj["spec"]["template"]["spec"]["nodeName"] = "n0"
+    plan = plan_with(job)
+    assert plan.create_podgroup is None and len(plan.create_pods) == 2
+    assert all("schedulingGroup" not in p["spec"] for p in plan.create_pods)
+    assert plan.status["placement"] == "PodByPod"
+
+
 def test_an_unplaceable_gang_is_reported_with_the_schedulers_words_once():
     job = launched(make_job("a").replicas(2))
     group = podgroup("a-0", 0, scheduled=False, message="0/4 nodes are available: 3 Insufficient nvidia.com/gpu")
@@ -117,6 +128,14 @@ def test_an_unplaceable_gang_is_reported_with_the_schedulers_words_once():
     job.status(**plan.status)
     again = plan_with(job, pending_pods("a", 2), podgroups=[group])
     assert again.events == [] and again.status is None
+    # On a busy cluster the counts move all the time: no news, no event, no status write (issue 27, item 8).
+    busier = podgroup("a-0", 0, scheduled=False, message="0/61 nodes are available: 5 Insufficient nvidia.com/gpu")
+    counts_moved = plan_with(job, pending_pods("a", 2), podgroups=[busier])
+    assert counts_moved.events == [] and counts_moved.status is None
+    # A new kind of reason is news.
+    other = podgroup("a-0", 0, scheduled=False, message="0/4 nodes are available: 4 node(s) had untolerated taint")
+    changed = plan_with(job, pending_pods("a", 2), podgroups=[other])
+    assert [e.reason for e in changed.events] == ["Unschedulable"] and "untolerated" in str(changed.status)
 
 
 def test_a_gang_without_a_verdict_does_not_hide_its_pods_unschedulable():

@@ -7,11 +7,12 @@ import dataclasses
 import logging
 import sys
 import time
+from typing import Any, cast
 
 import kopf
 from urllib3.exceptions import HTTPError
 
-from . import gang, kube, kueue, uninstall
+from . import gang, kube, kueue, leadership, uninstall
 from .config import OperatorConfig, parse_args
 from .handlers import build_registry
 from .logfmt import setup_logging
@@ -86,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
                 file=sys.stderr,
             )
             return 2
-    config = resolve_kueue(resolve_gang(config))
+    config = dataclasses.replace(resolve_kueue(resolve_gang(config)), identity=leadership.own_identity())
     liveness = f"http://0.0.0.0:{config.liveness_port}/healthz" if config.liveness_port else None
     logging.getLogger("ddpjob").info(
         "starting: namespaces=%s metrics=%s liveness=%s",
@@ -102,6 +103,7 @@ def main(argv: list[str] | None = None) -> int:
             standalone=config.peering is None,
             priority=config.priority,
             peering_name=config.peering,
+            identity=cast(Any, config.identity),  # kopf's Identity is a NewType of str, not exported
             liveness_endpoint=liveness,
         )
     )

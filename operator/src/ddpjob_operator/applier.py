@@ -40,6 +40,7 @@ class ApplyResult:
     # name is not this job's.
     rejected: list[tuple[str, int, str]] = field(default_factory=list)
     service_conflict: str | None = None  # a Service of the job's name exists that the job does not control
+    network_policy_conflict: str | None = None  # the same for the NetworkPolicy the job asked for
 
 
 class PlanApplier:
@@ -83,7 +84,15 @@ class PlanApplier:
                 return result  # worker DNS would never resolve: no pods
         if plan.create_network_policy is not None:
             call = functools.partial(self.networking.create_namespaced_network_policy, ns, plan.create_network_policy)
-            creations.append(functools.partial(self._create_child, key, NETWORK_POLICY, call))
+            read = functools.partial(
+                self.networking.read_namespaced_network_policy, job, ns, _request_timeout=REQUEST_TIMEOUT
+            )
+            if not self._create_child(key, NETWORK_POLICY, call, read, meta["uid"]):
+                result.network_policy_conflict = (
+                    f"NetworkPolicy {ns}/{job} exists and is not this job's (its controller is not DDPJob uid "
+                    f"{meta['uid']}); delete or rename it: the job runs only with the isolation it asked for"
+                )
+                return result
         if plan.create_podgroup is not None:  # before its pods: a pod whose PodGroup is missing waits unplaced
             creations.append(functools.partial(self._create_podgroup, key, plan.create_podgroup))
         creations += [functools.partial(self._create_pod, key, pod) for pod in plan.create_pods]
@@ -260,6 +269,25 @@ class PlanApplier:
                 )
         for name in plan.delete_workloads:
             self._delete_custom(kueue.GROUP, kueue.VERSION, key[0], kueue.WORKLOADS, name)
+        if plan.workload_active is not None:
+            name, active = plan.workload_active
+            try:
+                drained(
+                    self.custom.patch_namespaced_custom_object(
+                        kueue.GROUP,
+                        kueue.VERSION,
+                        key[0],
+                        kueue.WORKLOADS,
+                        name,
+                        {"spec": {"active": active}},
+                        _preload_content=False,
+                        _request_timeout=REQUEST_TIMEOUT,
+                    )
+                )
+                log.info("Workload %s %s", name, "activated" if active else "deactivated", extra=fields)
+            except ApiException as exc:
+                if status_of(exc) != 404:
+                    raise
         write = plan.workload_write
         if write is None:
             return

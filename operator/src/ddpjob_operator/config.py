@@ -25,6 +25,8 @@ class OperatorConfig:
     gang: bool = False  # resolved at start (__main__.py): PodGroups are used
     kueue_mode: str = "auto"  # auto: admission by Kueue where the cluster serves its Workloads; off: never
     kueue: bool = False  # resolved at start (__main__.py): jobs with a queue-name label wait for Kueue
+    status_writes_per_second: float = 20.0  # status_writes.WriteBudget
+    identity: str = ""  # this operator's peer identity, the same for kopf and leadership.py (set at start)
 
     @property
     def clusterwide(self) -> bool:
@@ -69,6 +71,20 @@ def parse_args(argv: list[str] | None = None) -> OperatorConfig:
         type=float,
         default=_env_float("DDPJOB_PROGRESS_INTERVAL_SECONDS", 10),
         help="how often worker 0's metrics are read per job [DDPJOB_PROGRESS_INTERVAL_SECONDS]",
+    )
+    p.add_argument(
+        "--progress-write-max-seconds",
+        type=float,
+        default=_env_float("DDPJOB_PROGRESS_WRITE_MAX_SECONDS", 60),
+        help="a Running job's progress-only status writes back off to at most one per this many seconds "
+        "[DDPJOB_PROGRESS_WRITE_MAX_SECONDS]",
+    )
+    p.add_argument(
+        "--status-writes-per-second",
+        type=float,
+        default=_env_float("DDPJOB_STATUS_WRITES_PER_SECOND", 20),
+        help="cluster-wide budget of status writes: progress-only writes wait for it, transitions never "
+        "(0: no cap) [DDPJOB_STATUS_WRITES_PER_SECOND]",
     )
     p.add_argument(
         "--node-lost-grace-seconds",
@@ -134,5 +150,7 @@ def parse_args(argv: list[str] | None = None) -> OperatorConfig:
             unreachable_force_delete_seconds=a.unreachable_force_delete_seconds,
             launch_settle_seconds=a.launch_settle_seconds,
             progress_interval_seconds=a.progress_interval_seconds,
+            progress_write_max_seconds=a.progress_write_max_seconds,
         ),
+        status_writes_per_second=a.status_writes_per_second,
     )

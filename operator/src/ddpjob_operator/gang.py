@@ -46,9 +46,15 @@ def podgroup_name(job: str, attempt: int) -> str:
 
 
 def placement_of(template: Mapping[str, Any], gang_enabled: bool) -> str:
-    scheduler = (template.get("spec") or {}).get("schedulerName")
+    """How the job's attempts are placed. A template that names its node (spec.nodeName) bypasses the scheduler:
+    no scheduler would ever write a verdict on its PodGroup, which gang discovery (gang_discovery.py) would take as
+    the whole cluster's scheduler not gang-scheduling. So such a job gets no PodGroup and says PodByPod."""
+    spec = template.get("spec") or {}
+    scheduler = spec.get("schedulerName")
     if scheduler and scheduler != DEFAULT_SCHEDULER:
         return OWN_SCHEDULER
+    if spec.get("nodeName"):
+        return POD_BY_POD
     return GANG if gang_enabled else POD_BY_POD
 
 

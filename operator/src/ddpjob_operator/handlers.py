@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -18,8 +19,10 @@ import kopf
 from . import api, gang, kueue, metrics, relist, terminating_namespaces
 from .config import OperatorConfig
 from .kube import api_client
+from .leadership import Leadership
 from .progress import ProgressScraper
 from .reconciler import Reconciler
+from .status_writes import WriteBudget
 from .watch_cache import (
     NETWORK_POLICY,
     SERVICE,
@@ -105,46 +108,47 @@ def build_registry(config: OperatorConfig) -> kopf.OperatorRegistry:
         return kopf.login_via_client(**kwargs)
 
     # --- indexes: kopf fills each by a LIST, then keeps it by a watch, and runs no handler before all are filled.
+    # Each is async: kopf runs a plain `def` handler in a thread, a hop per event of every pod in the cluster.
     @kopf.index(api.GROUP, api.VERSION, api.PLURAL, id="ddpjob_jobs", registry=registry)
-    def ddpjob_jobs(body, namespace, name, **_):
+    async def ddpjob_jobs(body, namespace, name, **_):
         return {(namespace, name): slim_job(body)}
 
     @kopf.index("", "v1", "pods", labels=OURS, id="ddpjob_pods", registry=registry)
-    def ddpjob_pods(body, namespace, labels, **_):
+    async def ddpjob_pods(body, namespace, labels, **_):
         return {(namespace, labels[api.LABEL_JOB_NAME]): slim_pod(body)}
 
     @kopf.index("", "v1", "pods", labels=OURS, id="ddpjob_pods_by_node", registry=registry)
-    def ddpjob_pods_by_node(spec, namespace, labels, **_):
+    async def ddpjob_pods_by_node(spec, namespace, labels, **_):
         node = spec.get("nodeName")
         return {node: (namespace, labels[api.LABEL_JOB_NAME])} if node else {}
 
     @kopf.index("", "v1", "nodes", id="ddpjob_nodes", registry=registry)
-    def ddpjob_nodes(body, name, **_):
+    async def ddpjob_nodes(body, name, **_):
         return {name: slim_node(body)}
 
     @kopf.index("", "v1", "services", labels=OURS, id="ddpjob_services", registry=registry)
-    def ddpjob_services(body, namespace, labels, **_):
+    async def ddpjob_services(body, namespace, labels, **_):
         return {(namespace, labels[api.LABEL_JOB_NAME]): child_entry(SERVICE, body)}
 
     @kopf.index(
         "networking.k8s.io", "v1", "networkpolicies", labels=OURS, id="ddpjob_network_policies", registry=registry
     )
-    def ddpjob_network_policies(body, namespace, labels, **_):
+    async def ddpjob_network_policies(body, namespace, labels, **_):
         return {(namespace, labels[api.LABEL_JOB_NAME]): child_entry(NETWORK_POLICY, body)}
 
     @kopf.index("", "v1", "pods", id="ddpjob_bound_pods", registry=registry)
-    def ddpjob_bound_pods(body, **_):
+    async def ddpjob_bound_pods(body, **_):
         """Every pod that holds room on a node (anyone's, bound or nominated): what an elastic job cannot have."""
         held = bound_pod(body)
         return {held_on(body): held} if held is not None else {}
 
     @kopf.index("", "v1", "namespaces", id="ddpjob_namespaces", registry=registry)
-    def ddpjob_namespaces(body, name, **_):
+    async def ddpjob_namespaces(body, name, **_):
         """Namespaces being deleted: their jobs' pods are going with them, which is no failure."""
         return {name: True} if namespace_terminating(body) else {}
 
     @kopf.index("scheduling.k8s.io", "v1", "priorityclasses", id="ddpjob_priorities", registry=registry)
-    def ddpjob_priorities(body, name, **_):
+    async def ddpjob_priorities(body, name, **_):
         """PriorityClass values: who looks at freed room first (room_wakeups.py), a Workload's priority (kueue.py)."""
         return {name: priority_entry(body)}
 
@@ -158,7 +162,7 @@ def build_registry(config: OperatorConfig) -> kopf.OperatorRegistry:
     if config.gang:
 
         @kopf.index(gang.GROUP, gang.VERSION, gang.PLURAL, labels=OURS, id=GANG_INDEX, registry=registry)
-        def ddpjob_podgroups(body, namespace, labels, **_):
+        async def ddpjob_podgroups(body, namespace, labels, **_):
             return {(namespace, labels[api.LABEL_JOB_NAME]): gang.slim_podgroup(body)}
 
         @kopf.on.event(gang.GROUP, gang.VERSION, gang.PLURAL, labels=OURS, registry=registry)
@@ -170,7 +174,7 @@ def build_registry(config: OperatorConfig) -> kopf.OperatorRegistry:
         @kopf.index(
             kueue.GROUP, kueue.VERSION, kueue.WORKLOADS, labels=KUEUE_OURS, id="ddpjob_workloads", registry=registry
         )
-        def ddpjob_workloads(body, namespace, labels, **_):
+        async def ddpjob_workloads(body, namespace, labels, **_):
             return {(namespace, labels[api.LABEL_JOB_NAME]): kueue.slim_workload(body)}
 
         @kopf.on.event(kueue.GROUP, kueue.VERSION, kueue.WORKLOADS, labels=KUEUE_OURS, registry=registry)
@@ -178,7 +182,7 @@ def build_registry(config: OperatorConfig) -> kopf.OperatorRegistry:
             rt.wake((namespace, labels[api.LABEL_JOB_NAME]))
 
         @kopf.index(kueue.GROUP, kueue.VERSION, kueue.FLAVORS, id="ddpjob_flavors", registry=registry)
-        def ddpjob_flavors(body, name, **_):
+        async def ddpjob_flavors(body, name, **_):
             return {name: kueue.slim_flavor(body)}
 
     @kopf.on.startup(registry=registry)
@@ -213,16 +217,28 @@ def build_registry(config: OperatorConfig) -> kopf.OperatorRegistry:
         )
         rt.pods_by_node = indexes["ddpjob_pods_by_node"]
         metrics.watch_cache_sizes({name.removeprefix("ddpjob_"): index for name, index in indexes.items()})
+        api = api_client(pool_size=config.workers + 4)
         rt.reconciler = Reconciler(
-            api_client(pool_size=config.workers + 4),
+            api,
             rt.cache,
             config.planner,
             ProgressScraper(config.progress_interval_seconds, on_answer=rt.wake),
         )
         rt.queue = WorkQueue(rt.reconciler.reconcile, workers=config.workers)
         rt.reconciler.wake_later = rt.queue.add_after
+        lead = Leadership(
+            api if config.peering else None,
+            config.identity,
+            config.priority,
+            config.peering,
+            config.namespaces,
+            on_lead=lambda: _resync_now(rt),
+        )
+        rt.reconciler.leading = lead.leading
+        rt.reconciler.budget = WriteBudget(config.status_writes_per_second, time.monotonic)
         rt.queue.start()
         rt.tasks.append(asyncio.create_task(_resync_forever(rt), name="ddpjob-resync"))
+        rt.tasks.append(asyncio.create_task(lead.run(), name="ddpjob-leadership"))
         log.info(
             "operator started: namespaces=%s workers=%d resync=%ss",
             ",".join(config.namespaces) or "*",
@@ -287,10 +303,14 @@ def build_registry(config: OperatorConfig) -> kopf.OperatorRegistry:
     return registry
 
 
+def _resync_now(rt: Runtime) -> None:
+    assert rt.cache is not None and rt.queue is not None, "started by startup(), after both exist"
+    for key in rt.cache.job_keys():
+        rt.queue.add(key)
+
+
 async def _resync_forever(rt: Runtime) -> None:
     """The safety net: every cached job is planned again every resync period, without asking the API server."""
-    assert rt.cache is not None and rt.queue is not None, "started by startup(), after both exist"
     while True:
         await asyncio.sleep(rt.config.resync_seconds)
-        for key in rt.cache.job_keys():
-            rt.queue.add(key)
+        _resync_now(rt)

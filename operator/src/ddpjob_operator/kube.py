@@ -7,9 +7,24 @@ import os
 from typing import Any
 
 from kubernetes import client, config
+from kubernetes.client import rest
 from kubernetes.client.exceptions import ApiException
 
+from . import metrics
+
 REQUEST_TIMEOUT = (5, 20)  # connect, read: a hung apiserver must not hang a worker forever
+
+
+READS = ("GET", "HEAD", "OPTIONS")
+
+
+class CountingRESTClient(rest.RESTClientObject):
+    """Counts the writes (metrics.API_WRITES): what a paused standby must never send (leadership.py)."""
+
+    def request(self, method: str, url: str, *args: Any, **kwargs: Any) -> Any:
+        if method.upper() not in READS:
+            metrics.API_WRITES.labels(verb=method.upper()).inc()
+        return super().request(method, url, *args, **kwargs)
 
 
 def api_client(pool_size: int = 8) -> client.ApiClient:
@@ -19,7 +34,10 @@ def api_client(pool_size: int = 8) -> client.ApiClient:
     else:
         config.load_kube_config(client_configuration=cfg)
     cfg.connection_pool_maxsize = pool_size
-    return client.ApiClient(configuration=cfg)
+    api = client.ApiClient(configuration=cfg)
+    api.rest_client.close()
+    api.rest_client = CountingRESTClient(cfg)
+    return api
 
 
 def drained(response: Any) -> bytes:

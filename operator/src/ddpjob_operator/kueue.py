@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import copy
 import hashlib
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -35,6 +36,7 @@ FLAVORS = "resourceflavors"
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 FRAMEWORK = f"{api.KIND}.{api.VERSION}.{api.GROUP}"  # Kueue's integrations.externalFrameworks entry
 POD_SET = "workers"
+POD_SET_HASH = "ddpjob.dev/pod-set-hash"  # annotation on the Workload (pod_set_hash)
 
 # Workload conditions (Kueue's names)
 ADMITTED, QUOTA_RESERVED, EVICTED, FINISHED, PODS_READY, REQUEUED = (
@@ -72,10 +74,15 @@ def slim_workload(body: Mapping[str, Any]) -> dict[str, Any]:
             "uid": meta.get("uid"),
             "resourceVersion": meta.get("resourceVersion"),
             "labels": dict(meta.get("labels") or {}),
+            "annotations": {k: v for k, v in (meta.get("annotations") or {}).items() if k == POD_SET_HASH},
             "ownerReferences": list(meta.get("ownerReferences") or []),
             "deletionTimestamp": meta.get("deletionTimestamp"),
         },
-        "spec": {"podSets": pod_sets},
+        "spec": {
+            "podSets": pod_sets,
+            "queueName": (body.get("spec") or {}).get("queueName") or "",
+            "active": (body.get("spec") or {}).get("active", True) is not False,
+        },
         "status": copy.deepcopy(dict(body.get("status") or {})),
     }
 
@@ -97,6 +104,7 @@ class View:
     workloads: list[dict[str, Any]] = field(default_factory=list)
     flavors: dict[str, dict[str, Any]] = field(default_factory=dict)
     priorities: dict[str, int] = field(default_factory=dict)
+    default_priority_class: str | None = None  # the cluster's globalDefault PriorityClass, if any
 
 
 @dataclass(frozen=True)
@@ -148,12 +156,14 @@ def _requests(template: Mapping[str, Any]) -> dict[str, str]:
 def build_workload(
     *,
     job: Mapping[str, Any],
+    queue: str,
     owner: dict[str, Any],
     name: str,
     template: dict[str, Any],
     count: int,
     min_count: int | None,
     priorities: Mapping[str, int],
+    default_priority_class: str | None = None,
 ) -> dict[str, Any]:
     meta = job["metadata"]
     pod_spec = copy.deepcopy(template.get("spec") or {})
@@ -170,8 +180,10 @@ def build_workload(
     }
     if min_count is not None and min_count < count:
         pod_set["minCount"] = min_count
-    spec: dict[str, Any] = {"queueName": queue_name(job) or "", "podSets": [pod_set]}
-    priority_class = pod_spec.get("priorityClassName")
+    spec: dict[str, Any] = {"queueName": queue, "podSets": [pod_set]}
+    # As the API server resolves the pods' priority, and Kueue its own jobs': the template's class, else the
+    # cluster's globalDefault one.
+    priority_class = pod_spec.get("priorityClassName") or default_priority_class
     if priority_class:
         spec["priorityClassRef"] = {"group": "scheduling.k8s.io", "kind": "PriorityClass", "name": priority_class}
         spec["priority"] = int(priorities.get(priority_class, 0))
@@ -182,10 +194,24 @@ def build_workload(
             "name": name,
             "namespace": meta["namespace"],
             "labels": {api.LABEL_JOB_NAME: meta["name"], api.LABEL_MANAGED_BY: api.MANAGED_BY},
+            "annotations": {POD_SET_HASH: pod_set_hash(spec)},
             "ownerReferences": [owner],
         },
         "spec": spec,
     }
+
+
+def pod_set_hash(spec: Mapping[str, Any]) -> str:
+    """The whole pod set (and priority) a Workload asks for. The name hashes only counts and requests, so that an
+    operator upgrade never renames an admitted Workload; a template edited while suspended (node selector,
+    tolerations, priority) changes this hash, and the Workload is replaced (`decide`)."""
+    return hashlib.sha256(json.dumps(spec, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def _current_pod_set(workload: Mapping[str, Any], want: str) -> bool:
+    """An existing Workload's hash, where it has one (one created before the hash existed is taken as current)."""
+    have = ((workload.get("metadata") or {}).get("annotations") or {}).get(POD_SET_HASH)
+    return have is None or have == want
 
 
 def _condition(workload: Mapping[str, Any], ctype: str) -> dict[str, Any] | None:
@@ -275,10 +301,14 @@ def _set(conditions: list[dict[str, Any]], ctype: str, status: str, reason: str,
     return c.set_condition(conditions, ctype, status, reason, message, now)  # type: ignore[arg-type]
 
 
-def clear_admission(workload: Mapping[str, Any], now: datetime) -> WorkloadWrite:
-    """After an eviction, once the group is gone: give the quota back and let Kueue queue the Workload again."""
+def clear_admission(
+    workload: Mapping[str, Any], now: datetime, reason: str | None = None, message: str | None = None
+) -> WorkloadWrite:
+    """After an eviction (or a suspension), once the group is gone: give the quota back; Kueue queues the Workload
+    again, unless it is inactive."""
     ev = evicted(workload) or {}
-    reason, message = str(ev.get("reason") or ""), str(ev.get("message") or "evicted")
+    reason = reason or str(ev.get("reason") or "")
+    message = message or str(ev.get("message") or "evicted")
     status = copy.deepcopy(dict(workload.get("status") or {}))
     conditions = status.get("conditions") or []
     conditions = _set(conditions, REQUEUED, "True" if reason in REQUEUE_AT_ONCE else "False", reason, message, now)
@@ -314,11 +344,38 @@ class Decision:
     create: dict[str, Any] | None = None
     delete: list[str] = field(default_factory=list)
     write: WorkloadWrite | None = None
+    active: tuple[str, bool] | None = None  # set the Workload's spec.active (a suspension, a resume)
+
+
+def is_active(workload: Mapping[str, Any]) -> bool:
+    return (workload.get("spec") or {}).get("active", True) is not False
+
+
+# Kueue's reason for a deactivated Workload: its Requeued=False must say it, so that Kueue requeues the Workload
+# when it is activated again (Requeued True, "Reactivated").
+DEACTIVATED = "Deactivated"
+
+
+def suspended(workloads: list[dict[str, Any]], pods: list[dict[str, Any]], now: datetime) -> Decision:
+    """The job is suspended (spec.runPolicy.suspend): it gives its quota back, as Kueue's integrations do. Its
+    Workload is deactivated (spec.active false), so Kueue neither admits it again nor counts it, and once no pod
+    is left its admission is cleared. Resuming activates it again, and the job queues as a new one would."""
+    out = Decision()
+    for workload in workloads:
+        if workload["metadata"].get("deletionTimestamp"):
+            continue
+        if is_active(workload):
+            out.active = (workload["metadata"]["name"], False)
+        elif (workload.get("status") or {}).get("admission") and not any(_active(p) for p in pods):
+            out.write = clear_admission(workload, now, DEACTIVATED, "the DDPJob is suspended")
+        return out
+    return out
 
 
 def decide(
     *,
     job: Mapping[str, Any],
+    queue: str,
     view: View,
     owner: dict[str, Any],
     template: dict[str, Any],
@@ -327,26 +384,35 @@ def decide(
     pods: list[dict[str, Any]],
     now: datetime,
 ) -> Decision:
-    queue = queue_name(job) or ""
     meta = job["metadata"]
     want = workload_name(meta["name"], meta["uid"], replicas, min_replicas, template)
+    built = build_workload(
+        job=job,
+        queue=queue,
+        owner=owner,
+        name=want,
+        template=template,
+        count=replicas,
+        min_count=min_replicas,
+        priorities=view.priorities,
+        default_priority_class=view.default_priority_class,
+    )
     out = Decision()
     workload = None
     for w in view.workloads:
-        if w["metadata"]["name"] == want:
+        current = (w.get("spec") or {}).get("queueName", queue) == queue and _current_pod_set(
+            w, built["metadata"]["annotations"][POD_SET_HASH]
+        )
+        if w["metadata"]["name"] == want and current:
             workload = w
         elif not w["metadata"].get("deletionTimestamp"):
             out.delete.append(w["metadata"]["name"])  # an earlier shape's
     if workload is None:
-        out.create = build_workload(
-            job=job,
-            owner=owner,
-            name=want,
-            template=template,
-            count=replicas,
-            min_count=min_replicas,
-            priorities=view.priorities,
-        )
+        out.create = built
+        out.hold = Hold(QUEUED, waiting_message(queue, None))
+        return out
+    if not is_active(workload):  # resumed after a suspension: queued again
+        out.active = (want, True)
         out.hold = Hold(QUEUED, waiting_message(queue, None))
         return out
     ev = evicted(workload)

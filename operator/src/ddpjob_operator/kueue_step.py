@@ -7,7 +7,7 @@ import copy
 import dataclasses
 
 from . import conditions as c
-from . import kueue
+from . import kueue, queue_label
 from .attempt_status import drop_restart_clock, sized, start_no_sooner
 from .builders import JobRef, build_worker_pod, owner_reference
 from .plan import Observed, Plan
@@ -24,9 +24,19 @@ def admit(
     Returns the held status, or None and the observation with the admission in it."""
     if obs.kueue is None:
         return None, obs
+    governed = queue_label.governance(obs.job, status, obs.pods, obs.kueue.workloads)
+    if queue_label.note(status, governed, obs.now):
+        plan.event(WARNING, queue_label.HELD, governed.held or "")
+    if not governed.queue:  # not governed (now): a Workload left from a removed label goes
+        plan.delete_workloads = [
+            w["metadata"]["name"] for w in obs.kueue.workloads if not w["metadata"].get("deletionTimestamp")
+        ]
+        status.pop("queue", None)
+        return None, dataclasses.replace(obs, kueue=None)
     template = build_worker_pod(ref, spec, index=0, attempt=0, restarts=0, size=spec.replicas)
     decision = kueue.decide(
         job=obs.job,
+        queue=governed.queue,
         view=obs.kueue,
         owner=owner_reference(ref),
         template=template,
@@ -35,19 +45,20 @@ def admit(
         pods=obs.pods,
         now=obs.now,
     )
-    plan.create_workload, plan.delete_workloads, plan.workload_write = (
+    plan.create_workload, plan.delete_workloads, plan.workload_write, plan.workload_active = (
         decision.create,
         decision.delete,
         decision.write,
+        decision.active,
     )
     if decision.hold is not None:
-        return _queued(obs, status, current, plan, decision.hold), obs
+        return _queued(obs, status, current, plan, decision.hold, governed.queue), obs
     admission = decision.admission
     assert admission is not None
     if status.get("launchedAttempt") != status["attempt"] and status["replicas"] != admission.count:
         sized(status, spec, admission.count)
     message = f"admitted by ClusterQueue {admission.cluster_queue} at {admission.count} pods"
-    status["queue"] = kueue.queue_name(obs.job) or ""
+    status["queue"] = governed.queue
     queued_before = c.find_condition(status.get("conditions") or [], kueue.QUEUED)
     if queued_before is None or queued_before.get("status") == "True":
         plan.event(NORMAL, kueue.ADMITTED_REASON, message)
@@ -59,7 +70,7 @@ def admit(
     return None, dataclasses.replace(obs, admission=admission, capacity=capacity)
 
 
-def _queued(obs: Observed, status: JobStatus, current: bool, plan: Plan, hold: kueue.Hold) -> JobStatus:
+def _queued(obs: Observed, status: JobStatus, current: bool, plan: Plan, hold: kueue.Hold, queue: str) -> JobStatus:
     """Waiting for admission, or evicted: a group of this attempt is stopped (SIGTERM, so it checkpoints) by
     moving to a new attempt, as a suspension does. Never a failure: the restart budget is untouched."""
     out = status
@@ -80,12 +91,20 @@ def _queued(obs: Observed, status: JobStatus, current: bool, plan: Plan, hold: k
         plan.event(NORMAL, kueue.QUEUED, hold.message)
     if (out.get("phase"), out.get("reason")) != (c.PENDING, hold.reason):
         out = c.enter_phase(out, c.PENDING, hold.reason, hold.message, obs.now)
-    out["queue"] = kueue.queue_name(obs.job) or ""
+    out["queue"] = queue
     out["conditions"] = c.set_condition(
         out.get("conditions") or [], kueue.QUEUED, "True", hold.reason, hold.message, obs.now
     )
     out.update({"readyReplicas": 0, "readyText": f"0/{out['replicas']}"})
     return out
+
+
+def suspended(obs: Observed, plan: Plan) -> None:
+    """A suspended job gives its quota back (kueue.suspended): its Workload is deactivated, then released."""
+    if obs.kueue is None:
+        return
+    decision = kueue.suspended(obs.kueue.workloads, obs.pods, obs.now)
+    plan.workload_write, plan.workload_active = decision.write, decision.active
 
 
 def pods_ready(obs: Observed, status: JobStatus, plan: Plan) -> None:

@@ -3,17 +3,28 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from prometheus_client import Counter, Gauge, Histogram, start_http_server
 
-from .plan import Observation
+if TYPE_CHECKING:  # plan.py imports kube.py, which counts its writes here
+    from .plan import Observation
+
 
 JOBS_CREATED = Counter("ddpjob_jobs_created_total", "DDPJobs the operator started managing")
 JOBS_SUCCEEDED = Counter("ddpjob_jobs_succeeded_total", "DDPJobs that Succeeded")
 JOBS_FAILED = Counter("ddpjob_jobs_failed_total", "DDPJobs that Failed")
 GROUP_RESTARTS = Counter("ddpjob_group_restarts_total", "Whole-group restarts, by reason", ["reason"])
 PODS_CREATED = Counter("ddpjob_pods_created_total", "Worker pods created")
+STANDBY_PASSES = Counter(
+    "ddpjob_standby_passes_skipped_total", "Reconcile passes a paused standby skipped (leadership.py)"
+)
+API_WRITES = Counter(
+    "ddpjob_api_writes_total",
+    "Requests that write (POST, PUT, PATCH, DELETE) the operator sent to the API server, by verb (kopf's own "
+    "peering keep-alives are not among them)",
+    ["verb"],
+)
 JOBS = Gauge("ddpjob_jobs", "DDPJobs by phase", ["phase"])
 RECONCILE_SECONDS = Histogram(
     "ddpjob_reconcile_duration_seconds",

@@ -9,7 +9,9 @@ pod with our label and name) is never touched: the create is tried, refused (the
 finds another owner), and the refusal says so (pod_rejection.py).
 
 The same for the headless Service: one of the job's name that the job does not control is not adopted. The job
-waits, Pending with REASON ServiceConflict, and tries again now and then (the other Service may go)."""
+waits, Pending with REASON ServiceConflict, and tries again now and then (the other Service may go). And for the
+NetworkPolicy a job asks for (spec.networkPolicy): a foreign one of its name is not taken for the job's own, so
+the job never runs without the isolation it asked for (REASON NetworkPolicyConflict)."""
 
 from __future__ import annotations
 
@@ -17,10 +19,11 @@ from datetime import timedelta
 
 from . import api, pod_rejection
 from . import conditions as c
-from .plan import Observed, Plan
+from .plan import Observed, Plan, ServiceConflict
 from .status import JobStatus
 
 SERVICE_CONFLICT = "ServiceConflict"
+NETWORK_POLICY_CONFLICT = "NetworkPolicyConflict"
 SERVICE_RETRY_SECONDS = 15.0
 WAITING_FOR_OLD_PODS_SECONDS = 1.0
 
@@ -46,20 +49,34 @@ def plan_foreign_pods(obs: Observed, plan: Plan) -> set[str]:
 
 def service_conflict(obs: Observed, status: JobStatus, plan: Plan) -> bool:
     """True while the job must not create its Service (another one holds the name): the job says so once."""
-    conflict = obs.service_conflict
-    if conflict is None or obs.service_exists:
+    if obs.service_exists:
+        return False
+    return _waits_for_name(obs.service_conflict, SERVICE_CONFLICT, obs, status, plan)
+
+
+def network_policy_conflict(obs: Observed, status: JobStatus, plan: Plan) -> bool:
+    """The same for the NetworkPolicy the job asked for: it does not run without the isolation it asked for."""
+    if obs.network_policy_exists:
+        return False
+    return _waits_for_name(obs.network_policy_conflict, NETWORK_POLICY_CONFLICT, obs, status, plan)
+
+
+def _waits_for_name(
+    conflict: ServiceConflict | None, reason: str, obs: Observed, status: JobStatus, plan: Plan
+) -> bool:
+    if conflict is None:
         return False
     retry_at = conflict.at + timedelta(seconds=SERVICE_RETRY_SECONDS)
     if obs.now >= retry_at:
-        return False  # try the create again: the other Service may be gone
+        return False  # try the create again: the other object may be gone
     message = f"{conflict.message}; the job waits and retries every {SERVICE_RETRY_SECONDS:g}s"
     conditions = status.get("conditions") or []
     current = c.find_condition(conditions, pod_rejection.CREATED_CONDITION)
-    if current is None or current.get("reason") != SERVICE_CONFLICT or current.get("message") != message:
-        plan.event("Warning", SERVICE_CONFLICT, message)
+    if current is None or current.get("reason") != reason or current.get("message") != message:
+        plan.event("Warning", reason, message)
     status["conditions"] = c.set_condition(
-        conditions, pod_rejection.CREATED_CONDITION, "False", SERVICE_CONFLICT, message, obs.now
+        conditions, pod_rejection.CREATED_CONDITION, "False", reason, message, obs.now
     )
-    status["reason"] = SERVICE_CONFLICT
+    status["reason"] = reason
     plan.requeue((retry_at - obs.now).total_seconds())
     return True

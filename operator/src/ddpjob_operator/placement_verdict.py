@@ -3,6 +3,7 @@ pending pod's PodScheduled=False, shown as the PodsPlaced condition, REASON and 
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from . import conditions as c
@@ -11,6 +12,12 @@ from .plan import Observed, Plan
 from .status import JobStatus
 
 PLACED = "PodsPlaced"  # condition: False with the scheduler's reason while the attempt waits to be placed
+
+
+def _shape(message: str) -> str:
+    """The scheduler's message without its counts ("0/60 nodes are available: 3 Insufficient nvidia.com/gpu"):
+    on a busy cluster the counts change all the time, and each change would be an event and a status write."""
+    return re.sub(r"\d+", "#", message)
 
 
 def unschedulable(obs: Observed, status: JobStatus, current: list[dict[str, Any]]) -> gang.Verdict | None:
@@ -49,7 +56,13 @@ def show(obs: Observed, status: JobStatus, current: list[dict[str, Any]], plan: 
         message = f"attempt {status['attempt']}: {what} {status['replicas']} pods cannot be placed"
         message += f": {verdict.message}" if verdict.message else ""
         shown = c.find_condition(conditions, PLACED)
-        if shown is None or shown.get("status") != "False" or shown.get("message") != message:
+        if (
+            shown is not None
+            and (shown.get("status"), shown.get("reason")) == ("False", verdict.reason)
+            and _shape(str(shown.get("message") or "")) == _shape(message)
+        ):
+            message = str(shown.get("message"))  # only its counts moved: no news, no write, no event
+        elif shown is None or shown.get("status") != "False" or shown.get("message") != message:
             plan.event("Warning", verdict.reason or "Unschedulable", message)
         status["conditions"] = c.set_condition(conditions, PLACED, "False", verdict.reason, message, obs.now)
         status["reason"] = verdict.reason or "Unschedulable"

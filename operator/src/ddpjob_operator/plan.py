@@ -60,6 +60,7 @@ class Observed:
     foreign_pods: list[dict[str, Any]] = field(default_factory=list)
     # Another object holds the name of this job's Service (ownership.py); the time the applier found it.
     service_conflict: ServiceConflict | None = None
+    network_policy_conflict: ServiceConflict | None = None  # the same for the job's NetworkPolicy
     # Kueue governs this job (it has a queue-name label and the cluster serves Workloads): its Workloads, the
     # ResourceFlavors and PriorityClasses (kueue.py). None: it does not.
     kueue: View | None = None
@@ -98,6 +99,7 @@ class Plan:
     create_workload: dict[str, Any] | None = None  # Kueue's Workload for the job (kueue.py)
     delete_workloads: list[str] = field(default_factory=list)  # Workloads of an earlier shape
     workload_write: WorkloadWrite | None = None  # a status update of the job's Workload
+    workload_active: tuple[str, bool] | None = None  # (Workload, spec.active): off while the job is suspended
     create_pods: list[dict[str, Any]] = field(default_factory=list)
     status: JobStatus | None = None  # None: nothing changed, write nothing
     # The pass that creates pods writes no status: the pass that sees them (usually Running) writes it once, so

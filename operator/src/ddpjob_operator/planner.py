@@ -38,6 +38,7 @@ from . import (
     placement_verdict,
     pod_rejection,
     resize_policy,
+    status_writes,
     termination,
 )
 from . import conditions as c
@@ -77,6 +78,8 @@ class PlannerSettings:
     launch_settle_seconds: float = 5.0
     # A Running job with a metrics port is re-planned this often, to take in worker 0's progress.
     progress_interval_seconds: float = 10.0
+    # Progress-only status writes back off to at most one per this many seconds (status_writes.py).
+    progress_write_max_seconds: float = 60.0
 
 
 @dataclass(frozen=True)
@@ -220,8 +223,11 @@ def _plan_steps(
     for step in (_deadline, _suspend_or_resume, _rescale):
         new_status = step(obs, spec, status, plan)
         if new_status is not None:
+            if new_status.get("phase") == c.SUSPENDED:
+                kueue_step.suspended(obs, plan)
             return new_status
     if status.get("phase") == c.SUSPENDED:
+        kueue_step.suspended(obs, plan)
         return status
     queued, obs = kueue_step.admit(obs, ref, spec, status, bool(pods.current), plan)
     if queued is not None:
@@ -250,6 +256,8 @@ def _plan_steps(
             return status
         plan.create_service = build_service(ref, spec)
     if spec.network_policy and not obs.network_policy_exists:
+        if ownership.network_policy_conflict(obs, status, plan):
+            return status
         plan.create_network_policy = build_network_policy(ref)
     if _create_missing(obs, ref, spec, status, pods, plan, blocked_names):
         return status
@@ -632,6 +640,18 @@ def _readiness(
         plan.requeue(settings.progress_interval_seconds)
     progress = progress_after_scrape(status.get("progress"), obs.progress, status["attempt"], obs.now)
     if progress is not None:
+        running_cond = c.find_condition(status.get("conditions") or [], c.RUNNING)
+        interval = status_writes.write_interval(
+            parse_time(running_cond.get("lastTransitionTime")) if running_cond else None,
+            obs.now,
+            settings.progress_interval_seconds,
+            settings.progress_write_max_seconds,
+            spec.run_policy.progress_deadline_seconds,
+        )
+        wait = status_writes.progress_due_in(status.get("progress"), progress, interval, obs.now)
+        if wait > 0:
+            plan.requeue(wait)
+            return
         _loss_events((status.get("progress") or {}).get("lossNonFinite"), progress, plan)
         status["progress"] = progress
 

@@ -20,6 +20,7 @@ from .plan import Observed, Plan, PodRefusal, ServiceConflict
 from .planner import PlannerSettings, plan_reconcile, plan_release_orphans
 from .progress import ProgressScraper
 from .room_wakeups import RoomRounds, turn_order
+from .status_writes import WriteBudget
 from .timefmt import utcnow
 from .watch_cache import WatchCache
 
@@ -69,6 +70,11 @@ class Reconciler:
         self.refusals: dict[Key, PodRefusal] = {}
         # The same for a Service of the job's name that the job does not control (ownership.py).
         self.service_conflicts: dict[Key, ServiceConflict] = {}
+        self.network_policy_conflicts: dict[Key, ServiceConflict] = {}
+        # Whether this operator leads its peering (leadership.py): a paused standby's pass does nothing at all.
+        self.leading: Callable[[], bool] = lambda: True
+        # The cluster-wide budget of status writes (status_writes.py); handlers.py sets the configured one.
+        self.budget = WriteBudget(0, time.monotonic)
 
     def _turn_order(self, key: Key) -> tuple[int, str]:
         job = self.cache.job(key) or {}
@@ -82,11 +88,15 @@ class Reconciler:
         self.waiting_for_room.discard(key)
         self.refusals.pop(key, None)
         self.service_conflicts.pop(key, None)
+        self.network_policy_conflicts.pop(key, None)
         self.phases.set(key, None)
         self.progress.forget(key)
         self.expectations.forget(key)
 
     async def reconcile(self, key: Key) -> float | None:
+        if not self.leading():
+            metrics.STANDBY_PASSES.inc()
+            return None  # dropped: taking the lead plans every job again (handlers.py)
         started = time.perf_counter()
         try:
             return await self._reconcile(key)
@@ -118,9 +128,14 @@ class Reconciler:
             scrapes_current=self.progress.current(key),
             refusal=self.refusals.get(key),
             service_conflict=self.service_conflicts.get(key),
+            network_policy_conflict=self.network_policy_conflicts.get(key),
             may_grow=self.rounds.may_grow(key),
         )
         plan = plan_reconcile(obs, self.settings)
+        wait = self.budget.take(plan.status, obs.job.get("status") or {})
+        if wait > 0:  # progress alone, and the cluster-wide budget is spent: the write waits, nothing else does
+            plan.status = None
+            plan.requeue(wait)
         if plan.grow_blocked:
             self.saw_room.add(key)
         try:
@@ -157,8 +172,15 @@ class Reconciler:
                 log.warning(result.service_conflict, extra=fields)
             self.service_conflicts[key] = ServiceConflict(result.service_conflict, obs.now)
             return 0.0
+        if result.network_policy_conflict is not None:
+            if key not in self.network_policy_conflicts:
+                log.warning(result.network_policy_conflict, extra=fields)
+            self.network_policy_conflicts[key] = ServiceConflict(result.network_policy_conflict, obs.now)
+            return 0.0
         if plan.create_service is not None:
             self.service_conflicts.pop(key, None)
+        if plan.create_network_policy is not None:
+            self.network_policy_conflicts.pop(key, None)
         if result.rejected:
             if any(code == 403 and TERMINATING_NAMESPACE in message for _, code, message in result.rejected):
                 log.info("namespace is being deleted; releasing the job's pods", extra=fields)

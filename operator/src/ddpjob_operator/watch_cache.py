@@ -414,15 +414,22 @@ class WatchCache:
         return evidence.message if evidence is not None and not evidence.enforced else None
 
     def kueue_view(self, key: Key, job: dict[str, Any]) -> kueue.View | None:
-        """The job's Workloads (those it controls) and what admission reads, if Kueue governs the job."""
-        if self.kueue is None or kueue.queue_name(job) is None:
+        """The job's Workloads (those it controls) and what admission reads, if Kueue governs the job or did (its
+        label removed: queue_label.py decides whether that is followed yet)."""
+        if self.kueue is None:
             return None
         workloads, flavors = self.kueue
         uid = job["metadata"]["uid"]
+        mine = [w for w in _values(workloads, key) if controlled_by(w, uid)]
+        if kueue.queue_name(job) is None and not mine:
+            return None
         return kueue.View(
-            workloads=[w for w in _values(workloads, key) if controlled_by(w, uid)],
+            workloads=mine,
             flavors={name: _first(flavors, name) or {} for name in flavors},
             priorities={name: int((_first(self.priorities, name) or {}).get("value", 0)) for name in self.priorities},
+            default_priority_class=next(
+                (n for n in self.priorities if (_first(self.priorities, n) or {}).get("globalDefault")), None
+            ),
         )
 
     def priority(self, job: Mapping[str, Any]) -> int:

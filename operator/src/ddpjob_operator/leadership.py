@@ -1,0 +1,122 @@
+"""Whether this operator leads its kopf peering, so that a paused standby writes nothing.
+
+kopf's pause stops the watch streams of a standby only. The operator's own work queue, resync and timers would go
+on planning from indexes that no longer change: status writes that conflict, pods re-created under names that look
+free, force-deletes decided from a NotReady time that keeps growing in a frozen cache. So the reconciler asks this
+module first, and a pass of a standby does nothing.
+
+The rule is kopf's own (kopf/_core/engines/peering.py, `process_peering_event`), read from the peering object's
+status, which is kopf's public peering format (one key per operator identity: priority, lastseen, lifetime): an
+operator pauses while another live peer has a higher priority, or the same one. This module reads that object
+with a GET every few seconds, never from the (frozen) watch cache, and writes nothing. The operator's identity
+is chosen here and handed to kopf, so both speak of the same peer."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import socket
+import uuid
+from collections.abc import Callable, Mapping
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from .kube import REQUEST_TIMEOUT
+
+log = logging.getLogger("ddpjob.leadership")
+
+POLL_SECONDS = 2.0
+PEERING_GROUP, PEERING_VERSION = "kopf.dev", "v1"
+
+
+def own_identity() -> str:
+    """The pod's name where the chart sets POD_ID (as kopf reads it), else host, process and a random suffix."""
+    return os.environ.get("POD_ID") or f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+
+
+def _parse(value: Any) -> datetime | None:
+    try:
+        parsed = datetime.fromisoformat(str(value))
+    except ValueError:
+        return None
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+
+
+def leads(peers: Mapping[str, Any], identity: str, priority: int, now: datetime) -> bool:
+    """kopf's rule: False while another live peer has a higher priority or the same one."""
+    for peer_id, info in peers.items():
+        if peer_id == identity or not isinstance(info, Mapping):
+            continue
+        seen = _parse(info.get("lastseen"))
+        if seen is None or seen + timedelta(seconds=int(info.get("lifetime", 60))) <= now:
+            continue  # dead: kopf ignores it (and cleans it up)
+        if int(info.get("priority", 0)) >= priority:
+            return False
+    return True
+
+
+class Leadership:
+    """`leading()` for the reconciler; `run()` polls the peering object(s) and calls `on_lead` when this operator
+    takes the lead again (a paused standby's work queue has dropped what it skipped)."""
+
+    def __init__(
+        self,
+        api: client.ApiClient | None,
+        identity: str,
+        priority: int,
+        peering: str | None,
+        namespaces: tuple[str, ...],
+        on_lead: Callable[[], None] | None = None,
+    ):
+        self.custom = client.CustomObjectsApi(api) if api is not None else None
+        self.identity, self.priority, self.peering = identity, priority, peering
+        # Namespaced peering lives in each served namespace; a glob's namespaces are not known here, so only
+        # kopf's own pause covers those.
+        self.namespaces = tuple(n for n in namespaces if not any(ch in n for ch in "*?["))
+        self.clusterwide = not namespaces
+        self.on_lead = on_lead
+        self._leading = peering is None  # a peering operator starts paused, as kopf starts it
+
+    def leading(self) -> bool:
+        return self._leading
+
+    def _read(self) -> list[Mapping[str, Any]]:
+        assert self.custom is not None and self.peering is not None
+        if self.clusterwide:
+            return [
+                self.custom.get_cluster_custom_object(
+                    PEERING_GROUP,
+                    PEERING_VERSION,
+                    "clusterkopfpeerings",
+                    self.peering,
+                    _request_timeout=REQUEST_TIMEOUT,
+                )
+            ]
+        return [
+            self.custom.get_namespaced_custom_object(
+                PEERING_GROUP, PEERING_VERSION, ns, "kopfpeerings", self.peering, _request_timeout=REQUEST_TIMEOUT
+            )
+            for ns in self.namespaces
+        ]
+
+    async def run(self) -> None:
+        if self.peering is None or self.custom is None:
+            return
+        while True:
+            try:
+                objects = await asyncio.to_thread(self._read)
+                now = datetime.now(UTC)
+                leading = all(leads(o.get("status") or {}, self.identity, self.priority, now) for o in objects)
+            except (ApiException, OSError) as exc:  # unknown: keep what we knew; kopf's own pause still holds
+                log.debug("cannot read the peering %s: %s", self.peering, exc)
+                leading = self._leading
+            if leading != self._leading:
+                self._leading = leading
+                log.info("%s the peering %s", "leading" if leading else "standing by in", self.peering)
+                if leading and self.on_lead is not None:
+                    self.on_lead()
+            await asyncio.sleep(POLL_SECONDS)
