@@ -84,3 +84,15 @@ def test_a_namespace_being_deleted_stays_watched_until_it_is_gone():
                                                   "status": {"phase": "Terminating", "conditions": [{"type": "X"}]}}}
     assert observation.is_deleted(terminating) is False
     assert observation.is_deleted({**terminating, "type": "DELETED"}) is True
+
+
+def test_the_patched_kopf_is_the_locked_one():
+    """The two hooks above replace kopf internals: the kopf they were checked against is the one the hashed lock
+    pins, so an upgrade is a deliberate `make lock` that runs these tests first."""
+    import re
+    from importlib.metadata import version
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    locked = re.search(r"^kopf==(\S+)", (root / "hack" / "requirements.lock").read_text(), re.M).group(1)
+    assert version("kopf") == locked

@@ -17,7 +17,7 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from . import api, gang, kueue, metrics
+from . import api, gang, kueue, metrics, owner_refs
 from .expectations import Expectations
 from .kube import REQUEST_TIMEOUT, drained, reason_of, status_of
 from .plan import Observed, Plan
@@ -210,15 +210,9 @@ class PlanApplier:
         either changed, the API server refuses (422) and a later pass re-plans from the fresh cache."""
         ns, job = key
         meta = pod["metadata"]
-        finalizers = meta.get("finalizers") or []
-        if api.TRACKING_FINALIZER not in finalizers:
+        patch = owner_refs.release_patch(meta["uid"], meta.get("finalizers"))
+        if patch is None:
             return
-        where = f"/metadata/finalizers/{finalizers.index(api.TRACKING_FINALIZER)}"
-        patch = [
-            {"op": "test", "path": "/metadata/uid", "value": meta["uid"]},
-            {"op": "test", "path": where, "value": api.TRACKING_FINALIZER},
-            {"op": "remove", "path": where},
-        ]
         try:
             drained(
                 self.core.patch_namespaced_pod(
@@ -340,8 +334,7 @@ class PlanApplier:
             return True
         if read is None or owner is None:
             return True
-        existing = read()
-        return any(o.uid == owner and o.controller for o in existing.metadata.owner_references or [])
+        return owner_refs.controlled_by(read().metadata.owner_references, owner)
 
     def _create_pod(self, key: tuple[str, str], pod: dict[str, Any]) -> tuple[str, str, int, str]:
         """(CREATED | EXISTED | REJECTED, pod, HTTP status, message)."""
@@ -379,10 +372,10 @@ class PlanApplier:
             if status_of(exc) == 404:  # gone since: the next pass creates it
                 return EXISTED, name, 409, ""
             raise
-        refs = existing.metadata.owner_references or []
-        if any(o.uid == owner and o.controller for o in refs):
+        refs = existing.metadata.owner_references
+        if owner_refs.controlled_by(refs, owner):
             return EXISTED, name, 409, ""
-        holder = next((f"{o.kind} {o.name} (uid {o.uid})" for o in refs if o.controller), "no controller")
+        holder = owner_refs.describe_controller(refs)
         going = " and is being deleted" if existing.metadata.deletion_timestamp else ""
         return (
             REJECTED,

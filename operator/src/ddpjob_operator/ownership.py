@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from . import api, pod_rejection
+from . import api, owner_refs, pod_rejection
 from . import conditions as c
 from .plan import Observed, Plan, ServiceConflict
 from .status import JobStatus
@@ -28,13 +28,6 @@ SERVICE_RETRY_SECONDS = 15.0
 WAITING_FOR_OLD_PODS_SECONDS = 1.0
 
 
-def _ddpjob_owned(pod: dict) -> bool:
-    return any(
-        o.get("controller") and o.get("kind") == api.KIND and str(o.get("apiVersion", "")).startswith(api.GROUP + "/")
-        for o in pod["metadata"].get("ownerReferences") or []
-    )
-
-
 def plan_foreign_pods(obs: Observed, plan: Plan) -> set[str]:
     """Free the tracking finalizers of foreign pods; return the names a new pod of this job must wait for."""
     blocking = set()
@@ -42,7 +35,7 @@ def plan_foreign_pods(obs: Observed, plan: Plan) -> set[str]:
         meta = pod["metadata"]
         if api.TRACKING_FINALIZER in (meta.get("finalizers") or []):
             plan.release_foreign_pods.append(meta["uid"])
-        if meta.get("deletionTimestamp") or _ddpjob_owned(pod):
+        if meta.get("deletionTimestamp") or owner_refs.ddpjob_controlled(meta.get("ownerReferences")):
             blocking.add(meta["name"])  # going away (the garbage collector removes an earlier job's pods)
     return blocking
 

@@ -37,8 +37,12 @@ ROOM_TURN_SECONDS = 1.0
 TERMINATING_NAMESPACE = "because it is being terminated"
 
 
+def refused_as_terminating(code: int, message: str) -> bool:
+    return code == 403 and TERMINATING_NAMESPACE in message
+
+
 def namespace_terminating(exc: ApiException) -> bool:
-    return status_of(exc) == 403 and TERMINATING_NAMESPACE in reason_of(exc)
+    return refused_as_terminating(status_of(exc), reason_of(exc))
 
 
 class Reconciler:
@@ -182,7 +186,7 @@ class Reconciler:
         if plan.create_network_policy is not None:
             self.network_policy_conflicts.pop(key, None)
         if result.rejected:
-            if any(code == 403 and TERMINATING_NAMESPACE in message for _, code, message in result.rejected):
+            if any(refused_as_terminating(code, message) for _, code, message in result.rejected):
                 log.info("namespace is being deleted; releasing the job's pods", extra=fields)
                 self.cache.learn_terminating(key[0])
                 return 0.0

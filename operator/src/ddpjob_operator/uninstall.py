@@ -20,7 +20,7 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from . import api
+from . import api, owner_refs
 from .kube import REQUEST_TIMEOUT, api_client, drained, status_of
 from .logfmt import setup_logging
 
@@ -29,8 +29,7 @@ TERMINAL = ("Succeeded", "Failed")
 
 
 def _ours(pod: Any) -> bool:
-    refs = pod.metadata.owner_references or []
-    return any(r.controller and r.kind == api.KIND and r.api_version.startswith(api.GROUP + "/") for r in refs)
+    return owner_refs.ddpjob_controlled(pod.metadata.owner_references)
 
 
 def worker_pods(core: client.CoreV1Api, namespaces: list[str]) -> list[Any]:
@@ -64,14 +63,8 @@ def release_pod(core: client.CoreV1Api, pod: Any) -> bool:
                     meta.name, meta.namespace, body=options, _preload_content=False, _request_timeout=REQUEST_TIMEOUT
                 )
             )
-        finalizers = meta.finalizers or []
-        if api.TRACKING_FINALIZER in finalizers:
-            where = f"/metadata/finalizers/{finalizers.index(api.TRACKING_FINALIZER)}"
-            patch = [
-                {"op": "test", "path": "/metadata/uid", "value": meta.uid},
-                {"op": "test", "path": where, "value": api.TRACKING_FINALIZER},
-                {"op": "remove", "path": where},
-            ]
+        patch = owner_refs.release_patch(meta.uid, meta.finalizers)
+        if patch is not None:
             drained(
                 core.patch_namespaced_pod(
                     meta.name, meta.namespace, patch, _preload_content=False, _request_timeout=REQUEST_TIMEOUT

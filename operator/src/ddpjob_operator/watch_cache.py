@@ -16,7 +16,7 @@ from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
-from . import api, gang_discovery, kueue
+from . import api, gang_discovery, kueue, owner_refs
 from .capacity import NodeRoom, Requests, count_in, free_room, pod_requests, slim_allocatable, usable
 from .plan import Observed
 from .resize_policy import AUTOSCALER_PREFIX
@@ -173,7 +173,7 @@ def worker_request(job_spec: Mapping[str, Any]) -> tuple[Requests, list[dict[str
 
 def child_entry(kind: str, body: Mapping[str, Any]) -> dict[str, Any]:
     meta = body.get("metadata") or {}
-    owner = next((o.get("uid") for o in meta.get("ownerReferences") or [] if o.get("controller")), None)
+    owner = owner_refs.controller_uid(meta.get("ownerReferences"))
     return {"kind": kind, "name": meta.get("name"), "uid": meta.get("uid"), "owner": owner}
 
 
@@ -189,8 +189,8 @@ def namespace_terminating(body: Mapping[str, Any]) -> bool:
 LEARNT_TERMINATING_SECONDS = 60.0
 
 
-def controlled_by(pod: Mapping[str, Any], uid: str) -> bool:
-    return any(o.get("uid") == uid and o.get("controller") for o in pod["metadata"].get("ownerReferences") or [])
+def controlled_by(obj: Mapping[str, Any], uid: str) -> bool:
+    return owner_refs.controlled_by(obj["metadata"].get("ownerReferences"), uid)
 
 
 class WatchCache:
