@@ -25,6 +25,7 @@ from bench_cluster import BenchCluster
 from machine import describe_machine
 from progress_lines import say
 from scale_run import Party, create_namespace, ddpjob
+from worktree import operator_src_at, short
 
 PODS = 2
 
@@ -73,12 +74,22 @@ def restarts_counted(party: Party) -> float:
     )
 
 
-def run_case(cluster: BenchCluster, api: client.ApiClient, party_name: str, how: str, a, log_dir: Path) -> dict:
-    """One namespace of a.jobs running jobs, deleted `how` (namespace | jobs), with `party_name` managing it."""
+def run_case(
+    cluster: BenchCluster,
+    api: client.ApiClient,
+    party_name: str,
+    how: str,
+    a,
+    log_dir: Path,
+    src: Path | None = None,
+    label: str = "",
+) -> dict:
+    """One namespace of a.jobs running jobs, deleted `how` (namespace | jobs), with `party_name` managing it (an
+    operator from another tree's operator/src when `src` is given, named `label`)."""
     core, custom = client.CoreV1Api(api), client.CustomObjectsApi(api)
-    namespace = f"bench-del-{party_name}-{how}"
+    namespace = f"bench-del-{label or party_name}-{how}"
     create_namespace(core, namespace)
-    party = Party(party_name, cluster, namespace, log_dir)
+    party = Party(party_name, cluster, namespace, log_dir, operator_src=src)
     party.start()
     names = [f"d{i:03d}" for i in range(a.jobs)]
     for name in names:
@@ -108,7 +119,7 @@ def run_case(cluster: BenchCluster, api: client.ApiClient, party_name: str, how:
         wait(lambda: gone(core, namespace), 120, "clean-up")
     say(f"{party_name}: {how} deletion " + (f"took {took:.1f}s" if took is not None else "did not finish"))
     return {
-        "party": party_name,
+        "party": label or party_name,
         "how": how,
         "seconds": None if took is None else round(took, 1),
         "finished": took is not None,
@@ -124,6 +135,7 @@ def main() -> int:
     p.add_argument("--timeout-seconds", type=float, default=180)
     p.add_argument("--operator-src", type=Path, default=None, help="another tree's operator/src to measure")
     p.add_argument("--cluster-dir", default=None)
+    p.add_argument("--before", default="", help="also measure this commit's operator (a git worktree) in the same run")
     a = p.parse_args()
     if a.operator_src is not None:
         os.environ["PYTHONPATH"] = f"{a.operator_src.resolve()}:{os.environ.get('PYTHONPATH', '')}"
@@ -133,6 +145,10 @@ def main() -> int:
     try:
         api = config.new_client_from_config(str(cluster.admin_kubeconfig))
         baseline = run_case(cluster, api, "baseline", "namespace", a, log_dir)
+        before = None
+        if a.before:
+            with operator_src_at(a.before) as src:
+                before = run_case(cluster, api, "operator", "namespace", a, log_dir, src, f"before-{short(a.before)}")
         namespace = run_case(cluster, api, "operator", "namespace", a, log_dir)
         jobs = run_case(cluster, api, "operator", "jobs", a, log_dir)
     finally:
@@ -147,6 +163,16 @@ def main() -> int:
         "operator_namespace": namespace,
         "operator_delete_all_jobs": jobs,
         "namespace_ratio_vs_baseline": ratio,
+        **(
+            {
+                "before_namespace": before,
+                "before_ratio_vs_baseline": round(before["seconds"] / baseline["seconds"], 2)
+                if before["finished"] and baseline["seconds"]
+                else None,
+            }
+            if before is not None
+            else {}
+        ),
         "logs": str(log_dir),
     }
     a.out.write_text(json.dumps(result, indent=1))

@@ -78,7 +78,9 @@ def point_at_the_trainer(core: client.CoreV1Api, namespace: str, names: list[str
     patch = {"status": {"podIP": "127.0.0.1", "podIPs": [{"ip": "127.0.0.1"}]}}
 
     def one(name: str) -> None:
-        _ = core.patch_namespaced_pod_status(f"{name}-worker-0", namespace, patch, _preload_content=False).data
+        _ = core.patch_namespaced_pod_status(
+            f"{name}-worker-0", namespace, patch, _content_type="application/merge-patch+json", _preload_content=False
+        ).data
 
     with ThreadPoolExecutor(THREADS) as pool:
         list(pool.map(one, names))
@@ -144,6 +146,8 @@ def run_party(
             return sum(1 for s in steps(custom, namespace).values() if s is not None), len(names)
 
         out["all_reporting"] = wait_for("jobs showing a step", reporting, a.timeout)
+        say(f"  {a.settle:.0f}s of steady running before the window (progress writes back off with running time)")
+        time.sleep(a.settle)
         before, t0 = parse_counts(cluster.apiserver_metrics())["operator"], time.monotonic()
         stale: list[float] = []
         while time.monotonic() - t0 < a.window:
@@ -157,12 +161,12 @@ def run_party(
         out["cpu_seconds"] = round(party.usage().cpu_seconds, 1)
         say(f"{label}: {out['writes_per_second']} writes/s, STEP staleness {out['step_staleness_seconds']}")
     finally:
-        party.stop()
-        trainer.server.shutdown()
-        try:
+        try:  # while the operator runs: it frees its pods' tracking finalizers
             delete_namespace(core, namespace)
         except (ApiException, RuntimeError) as exc:
             say(f"  {namespace} not deleted: {exc}")
+        party.stop()
+        trainer.server.shutdown()
     return out
 
 
@@ -172,6 +176,7 @@ def main() -> int:
     p.add_argument("--before", default="af53123", help="the earlier tree: before progress writes backed off")
     p.add_argument("--scrape-seconds", type=float, default=10)
     p.add_argument("--window", type=float, default=120)
+    p.add_argument("--settle", type=float, default=240, help="seconds every job reports before the window")
     p.add_argument("--timeout", type=float, default=600)
     p.add_argument("--out", default=str(RESULTS / "progress_writes.json"))
     a = p.parse_args()

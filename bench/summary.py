@@ -226,7 +226,10 @@ def deletion_rows(after: dict, before: dict | None) -> list[str]:
         return f"{_s(case['seconds'])} s" if case["finished"] else "not gone"
 
     was = ""
-    if before is not None:
+    if after.get("before_namespace") is not None:  # the earlier tree, measured in the same run
+        old = after["before_namespace"]
+        was = f"; {old['party']} in the same run: {took(old)}, {_s(after.get('before_ratio_vs_baseline'), 2)}x"
+    elif before is not None:
         old = before["operator_namespace"]
         was = f"; before: {took(old)}, {old['restarts_counted']:g} restarts counted"
     aim = 15.0
@@ -237,6 +240,22 @@ def deletion_rows(after: dict, before: dict | None) -> list[str]:
         f"{_bound_verdict(ns['seconds'] if ns['finished'] else None, aim, 's')} |",
         f"| `kubectl delete ddpj --all` with {setup['jobs']} jobs: every pod gone | {took(jobs)} | - | - | "
         f"<= {aim:g} s | {_bound_verdict(jobs['seconds'] if jobs['finished'] else None, aim, 's')} |",
+    ]
+
+
+def progress_rows(pw: dict) -> list[str]:
+    """Status writes of N Running jobs that report progress, this tree vs the earlier one, same run."""
+    after, before = pw["after"], pw["before"]
+    stale, was = after["step_staleness_seconds"], before["step_staleness_seconds"]
+    return [
+        f"| operator writes/s, {pw['jobs']} Running jobs reporting progress (scraped every {pw['scrape_seconds']:g} "
+        f"s; after {pw['settle_seconds']:g} s of running) | {_s(after['writes_per_second'])} | "
+        f"{_s(before['writes_per_second'])} ({before.get('commit', 'before')}) | "
+        f"{_s(pw.get('writes_ratio_after_vs_before'), 2)} | <= 20/s (the default budget) | "
+        f"{_bound_verdict(after['writes_per_second'], 20.0, '/s')} |",
+        f"| STEP column staleness, p50 / max | {_s(stale['p50'])} / {_s(stale['max'])} s | "
+        f"{_s(was['p50'])} / {_s(was['max'])} s | - | max <= 70 s (60 s back-off + a scrape) | "
+        f"{_bound_verdict(stale['max'], 70.0, 's')} |",
     ]
 
 
@@ -308,6 +327,7 @@ def render(results: Path) -> str:
         _load(results / "namespace_deletion_before.json"),
     )
     queue = _load(results / "kueue_queue.json")
+    progress = _load(results / "progress_writes.json")
     oscillation = _load(results / "capacity_oscillation.json")
     estimate = _load(results / "capacity_estimate.json")
     machine = (scale or trainer or local or {}).get("machine", {})
@@ -328,6 +348,7 @@ def render(results: Path) -> str:
         estimate_rows(estimate) if estimate else [],
         deletion_rows(deletion, deletion_before) if deletion else [],
         kueue_rows(queue) if queue else [],
+        progress_rows(progress) if progress and progress.get("after", {}).get("step_staleness_seconds") else [],
     ):
         lines += rows
     return "\n".join(lines) + "\n"

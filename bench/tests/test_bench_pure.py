@@ -345,3 +345,36 @@ def test_kueue_rows_compare_with_kueues_own_job_path_and_say_a_miss():
     p50, p95, makespan = kueue_rows(queue)
     assert "Kueue's batch/v1 Job" in p50 and "missed by 0.30x (25% over)" in p50
     assert p95.endswith("| met |") and makespan.endswith("| met |")
+
+
+def test_progress_rows_hold_writes_to_the_budget_and_staleness_to_its_bound():
+    pw = {
+        "jobs": 1000,
+        "scrape_seconds": 10,
+        "settle_seconds": 240,
+        "writes_ratio_after_vs_before": 0.2,
+        "before": {
+            "commit": "af53123",
+            "writes_per_second": 95.0,
+            "step_staleness_seconds": {"p50": 20.0, "p95": 60.0, "max": 90.0},
+        },
+        "after": {"writes_per_second": 19.0, "step_staleness_seconds": {"p50": 15.0, "p95": 30.0, "max": 75.0}},
+    }
+    writes, stale = summary.progress_rows(pw)
+    assert "| 19.0 | 95.0 (af53123) | 0.20 |" in writes and writes.endswith("| met |")
+    assert "75.0 s" in stale and stale.endswith("missed by 5.00 s |")
+
+
+def test_deletion_rows_name_the_earlier_tree_measured_in_the_same_run():
+    case = {"seconds": 8.0, "finished": True, "restarts_counted": 0, "party": "operator"}
+    after = {
+        "setup": {"jobs": 100, "pods_per_job": 2},
+        "operator_namespace": case,
+        "baseline_namespace": {**case, "seconds": 6.0},
+        "operator_delete_all_jobs": case,
+        "namespace_ratio_vs_baseline": 1.33,
+        "before_namespace": {**case, "seconds": 12.0, "party": "before-af53123"},
+        "before_ratio_vs_baseline": 2.0,
+    }
+    first = summary.deletion_rows(after, None)[0]
+    assert "before-af53123 in the same run: 12.0 s, 2.00x" in first and "| 8.0 s | 6.0 s" in first
