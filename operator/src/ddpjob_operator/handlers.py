@@ -155,9 +155,6 @@ def build_registry(config: OperatorConfig) -> kopf.OperatorRegistry:
     @kopf.on.event("", "v1", "namespaces", registry=registry)
     async def namespace_event(body, name, **_):
         if rt.queue is not None and rt.cache is not None and namespace_terminating(body):
-            if rt.reconciler is not None:
-                rt.tasks.append(asyncio.create_task(rt.reconciler.release_namespace(name), name=f"release-{name}"))
-                rt.tasks[:] = [t for t in rt.tasks if not t.done()]
             for key in rt.cache.job_keys():
                 if key[0] == name:
                     rt.queue.add(key)

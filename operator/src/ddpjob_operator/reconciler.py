@@ -29,7 +29,6 @@ log = logging.getLogger("ddpjob.reconciler")
 Key = tuple[str, str]  # (namespace, name)
 
 CONFLICT_RETRY_SECONDS = 0.2
-RELEASE_CONCURRENCY = 8  # finalizer releases in flight for a namespace being deleted (the client's pool is 8+)
 # Between two jobs' turns at freed room: time for the first one's decision (its status write) to reach the cache,
 # where its new attempt's pods then count as reserved room.
 ROOM_TURN_SECONDS = 1.0
@@ -80,7 +79,6 @@ class Reconciler:
         self.leading: Callable[[], bool] = lambda: True
         # The cluster-wide budget of status writes (status_writes.py); handlers.py sets the configured one.
         self.budget = WriteBudget(0, time.monotonic)
-        self.releasing: set[str] = set()  # namespaces being deleted whose pods are being released now
 
     def _turn_order(self, key: Key) -> tuple[int, str]:
         job = self.cache.job(key) or {}
@@ -154,28 +152,6 @@ class Reconciler:
             self.cache.learn_terminating(key[0])
             return 0.0
         return self._after(key, obs, plan, result)
-
-    async def release_namespace(self, namespace: str) -> None:
-        """A namespace being deleted takes every job and pod in it along: no failure there is worth tracking. Free
-        all their tracking finalizers at once, a few at a time, instead of job by job behind the work queue, so
-        the namespace controller finds the pods gone as soon as it deletes them."""
-        if not self.leading() or namespace in self.releasing:
-            return
-        self.releasing.add(namespace)
-        try:
-            limit = asyncio.Semaphore(RELEASE_CONCURRENCY)
-
-            async def one(key: Key, pod: dict) -> None:
-                async with limit:
-                    await asyncio.to_thread(self.applier.release_pod, key, pod)
-
-            pods = self.cache.tracked_pods_in(namespace)
-            results = await asyncio.gather(*(one(k, p) for k, p in pods), return_exceptions=True)
-            failed = [r for r in results if isinstance(r, BaseException)]
-            if failed:  # each job's own pass releases what is left
-                log.info("namespace %s: %d of %d releases failed: %s", namespace, len(failed), len(pods), failed[0])
-        finally:
-            self.releasing.discard(namespace)
 
     async def _release_orphans(self, key: Key) -> float | None:
         """The job is gone or being deleted: free its pods' tracking finalizers for the garbage collector."""

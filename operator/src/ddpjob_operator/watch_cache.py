@@ -335,16 +335,6 @@ class WatchCache:
     def job_keys(self) -> list[Key]:
         return list(self.jobs)
 
-    def tracked_pods_in(self, namespace: str) -> list[tuple[Key, dict[str, Any]]]:
-        """Every cached pod of ours in the namespace that still carries our tracking finalizer, with its job key."""
-        return [
-            (key, pod)
-            for key in list(self.pods)
-            if key[0] == namespace
-            for pod in self.pods_of(key)
-            if api.TRACKING_FINALIZER in (pod["metadata"].get("finalizers") or [])
-        ]
-
     def pods_of(self, key: Key) -> list[dict[str, Any]]:
         return list(self.pods[key]) if key in self.pods else []
 
