@@ -189,6 +189,8 @@ def main() -> int:
         "jobs": a.jobs,
         "scrape_seconds": a.scrape_seconds,
         "steps_per_second": STEPS_PER_SECOND,
+        "settle_seconds": a.settle,
+        "window_seconds": a.window,
     }
     try:
         cluster.up()
