@@ -62,15 +62,19 @@ def trainer_metrics(trainer):
     return trainer.port
 
 
-def test_progress_is_copied_from_worker_0(kube, operator, trainer_metrics):
-    job = ddpjob("prog", replicas=1, gpus=1)
-    job["spec"]["template"]["spec"]["containers"][0]["ports"] = [{"name": "metrics",
-                                                                  "containerPort": trainer_metrics}]
+def running_against(kube, name: str, port: int) -> None:
+    """A Running one-pod job whose worker 0 (a simulated pod) is pointed at the local metrics page on `port`."""
+    job = ddpjob(name, replicas=1, gpus=1)
+    job["spec"]["template"]["spec"]["containers"][0]["ports"] = [{"name": "metrics", "containerPort": port}]
     kube.apply(job)
-    kube.running_pods("prog", attempt=0, n=1)
-    kube.wait_phase("prog", "Running")
+    kube.running_pods(name, attempt=0, n=1)
+    kube.wait_phase(name, "Running")
     patch = {"status": {"podIP": "127.0.0.1", "podIPs": [{"ip": "127.0.0.1"}]}}
-    kube("patch", "pod", "prog-worker-0", "--subresource=status", "--type=merge", "-p", json.dumps(patch))
+    kube("patch", "pod", f"{name}-worker-0", "--subresource=status", "--type=merge", "-p", json.dumps(patch))
+
+
+def test_progress_is_copied_from_worker_0(kube, operator, trainer_metrics):
+    running_against(kube, "prog", trainer_metrics)
     status = kube.wait_status("prog", lambda s: (s.get("progress") or {}).get("step") == 42, timeout=30,
                               what="progress.step 42")
     assert (status["progress"]["loss"], status["progress"]["samplesPerSecond"]) == (0.5, 1000.0)
@@ -87,13 +91,7 @@ def page(step: str, loss: str) -> bytes:
 def test_a_nan_loss_then_a_finite_one_never_freezes_the_status(kube, operator, trainer):
     """JSON has no NaN: a status carrying one is refused (400), and every later write of the job would be too."""
     trainer.page = page("50", "NaN")
-    job = ddpjob("nan", replicas=1, gpus=1)
-    job["spec"]["template"]["spec"]["containers"][0]["ports"] = [{"name": "metrics", "containerPort": trainer.port}]
-    kube.apply(job)
-    kube.running_pods("nan", attempt=0, n=1)
-    kube.wait_phase("nan", "Running")
-    patch = {"status": {"podIP": "127.0.0.1", "podIPs": [{"ip": "127.0.0.1"}]}}
-    kube("patch", "pod", "nan-worker-0", "--subresource=status", "--type=merge", "-p", json.dumps(patch))
+    running_against(kube, "nan", trainer.port)
     status = kube.wait_status("nan", lambda s: (s.get("progress") or {}).get("step") == 50, timeout=30,
                               what="progress.step 50 with a NaN loss")
     assert status["progress"].get("lossNonFinite") == "NaN" and "loss" not in status["progress"], status

@@ -18,7 +18,7 @@ import pytest
 from kubernetes import client, config
 
 from support.cluster import CLUSTER_SH, wait_until
-from support.nodes import create_spare_node, delete_node
+from support.nodes import create_spare_node, delete_node, node_schedulable
 from support.operator import OperatorProcess
 
 from ddpjob_manifests import ddpjob
@@ -57,6 +57,8 @@ def test_objects_deleted_while_the_watch_was_down_leave_the_cache(cluster, crds,
     core = client.CoreV1Api(config.new_client_from_config(str(cluster.kubeconfig)))
     node = f"ghost-{namespace[-5:]}"
     create_spare_node(core, node)
+    # Placed on it before it is Ready, the pods would be lost with it (NodeNotReady) and the attempt would move on.
+    wait_until(lambda: node_schedulable(core, node), timeout=60, what=f"node {node} Ready, without the not-ready taint")
     op = OperatorProcess(cluster.kubeconfig, [namespace], tmp_path / "operator.log", verbose=False)
     op.start()
     kube = Kube(cluster, namespace)
