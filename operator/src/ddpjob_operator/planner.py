@@ -37,8 +37,8 @@ from . import (
     placement_steps,
     placement_verdict,
     pod_rejection,
+    progress_step,
     resize_policy,
-    status_writes,
     termination,
 )
 from . import conditions as c
@@ -49,16 +49,14 @@ from .no_progress import (
     Liveness,
     decide_no_progress,
     final_progress,
-    progress_after_scrape,
     show_progress_unknown,
     trainer_ready,
 )
 from .placement_steps import running as is_running
 from .plan import Observed, Plan
-from .progress import metrics_url
 from .restart_policy import RESTART, RestartBudget, backoff_seconds, decide_restart
 from .spec import JobSpec, parse_spec
-from .status import JobStatus, LastFailure, Progress, status_of
+from .status import JobStatus, LastFailure, status_of
 from .timefmt import format_time, parse_time
 
 NORMAL, WARNING = "Normal", "Warning"
@@ -636,35 +634,11 @@ def _readiness(
         status.update(c.enter_phase(status, c.PENDING, "PodsNotRunning", f"{running}/{replicas} pods running", obs.now))
     if status.get("phase") != c.RUNNING:
         return
-    if metrics_url(obs) is not None:
-        plan.requeue(settings.progress_interval_seconds)
-    progress = progress_after_scrape(status.get("progress"), obs.progress, status["attempt"], obs.now)
-    if progress is not None:
-        running_cond = c.find_condition(status.get("conditions") or [], c.RUNNING)
-        interval = status_writes.write_interval(
-            parse_time(running_cond.get("lastTransitionTime")) if running_cond else None,
-            obs.now,
-            settings.progress_interval_seconds,
-            settings.progress_write_max_seconds,
-            spec.run_policy.progress_deadline_seconds,
-        )
-        wait = status_writes.progress_due_in(status.get("progress"), progress, interval, obs.now)
-        if wait > 0:
-            plan.requeue(wait)
-            return
-        _loss_events((status.get("progress") or {}).get("lossNonFinite"), progress, plan)
-        status["progress"] = progress
-
-
-def _loss_events(before: str | None, progress: Progress, plan: Plan) -> None:
-    """A loss that turns NaN or infinite (a diverging run) is news, and so is its return to a number."""
-    after = progress.get("lossNonFinite")
-    if after and after != before:
-        plan.event(
-            WARNING,
-            "LossNotFinite",
-            f"worker 0 reports a {after} loss at step {progress.get('step')}: training has diverged "
-            "(status.progress.lossNonFinite); the job keeps running",
-        )
-    elif before and not after and "loss" in progress:
-        plan.event(NORMAL, "LossFinite", f"worker 0 reports a finite loss again at step {progress.get('step')}")
+    progress_step.take_progress(
+        obs,
+        status,
+        plan,
+        settings.progress_interval_seconds,
+        settings.progress_write_max_seconds,
+        spec.run_policy.progress_deadline_seconds,
+    )
