@@ -297,8 +297,11 @@ def test_the_queue_label_cannot_change_while_a_job_is_admitted_or_has_pods(kube,
 
 @pytest.fixture
 def without_the_policy(cluster):
-    """A cluster where the chart's ValidatingAdmissionPolicy is not installed (its binding removed meanwhile)."""
-    cluster.kubectl("delete", "validatingadmissionpolicybinding", "ddpjob-queue-label", "--ignore-not-found")
+    """A cluster where the chart's ValidatingAdmissionPolicy is not installed: every binding of one removed
+    meanwhile, the local cluster's and any a chart test's release left (each release names its own)."""
+    bindings = cluster.kubectl("get", "validatingadmissionpolicybindings", "-o", "name").stdout.split()
+    for binding in (b for b in bindings if b.endswith("queue-label")):
+        cluster.kubectl("delete", binding, "--ignore-not-found")
     yield
     cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(QUEUE_LABEL_POLICY))
 
