@@ -107,3 +107,46 @@ def _events(cluster, namespace: str) -> list[dict]:
                           "json")
     return json.loads(out.stdout)["items"]
 
+
+
+def _agent_index(node: str, names: list[str]) -> int:
+    return names.index(node)
+
+
+def test_a_group_that_lost_a_node_trains_on_at_2_without_waiting_for_the_pod_stuck_on_that_node(
+        cluster, operator, namespace, three_local_nodes):
+    """No out-of-service taint: the lost node's pod stays Terminating (termination.py will not force-delete it for
+    300 s, its containers may still run), and the group at 2 must not wait for it. The lost pod is worker 0, the
+    rendezvous host, whose name the new group needs too: it takes another (pod_names.py)."""
+    apply_job(cluster, namespace, elastic_job())
+    status = wait_size(cluster, namespace, 3)
+    wait_until(lambda: (parse_trainer_log(worker0_log(cluster, namespace, "el")).steps or [0])[-1] >= 40,
+               timeout=JOB_TIMEOUT, interval=0.5, what="step 40 at size 3")
+    first = {p["metadata"]["name"]: p for p in _current_pods(cluster, namespace, status["attempt"])}
+    lost = first["el-worker-0"]["spec"]["nodeName"]
+    index = _agent_index(lost, three_local_nodes)
+    (localnode.stop if index == 0 else lambda: localnode.stop_extra(index))()
+    try:
+        status = wait_size(cluster, namespace, 2)
+        old = json.loads(cluster.kubectl("-n", namespace, "get", "pod", "el-worker-0", "-o", "json").stdout)
+        assert old["metadata"]["uid"] == first["el-worker-0"]["metadata"]["uid"]
+        assert old["metadata"].get("deletionTimestamp"), "the lost node's pod is Terminating, not force-deleted"
+        current = _current_pods(cluster, namespace, status["attempt"])
+        names = sorted(p["metadata"]["name"] for p in current)
+        assert names == sorted([f"el-worker-0-{status['attempt']}", "el-worker-1"]), names
+        assert all(p["spec"].get("nodeName") != lost for p in current)
+        new0 = f"el-worker-0-{status['attempt']}"
+
+        def log0() -> str:
+            return cluster.kubectl("-n", namespace, "logs", new0, "--timestamps", check=False).stdout
+
+        found = wait_until(lambda: SIZED.search(log0()), timeout=JOB_TIMEOUT, what="the group at 2 formed")
+        assert int(found["world"]) == 2
+        status = run_to_end(cluster, namespace, job="el")
+        assert status["phase"] == "Succeeded", status
+        assert parse_trainer_log(log0()).steps[-1] == STEPS
+    finally:
+        if index == 0:
+            localnode.start(cluster)
+        else:
+            localnode.start_extra(cluster, index, nodes=3)

@@ -23,7 +23,13 @@ JOB_TIMEOUT = float(os.environ.get("E2E_JOB_TIMEOUT", 420))
 
 
 def worker0_log(cluster, namespace: str, job: str = "digits") -> str:
-    return cluster.kubectl("-n", namespace, "logs", f"{job}-worker-0", "--timestamps", check=False).stdout
+    """The log of the job's newest pod 0: `<job>-worker-0`, or another name where a pod on a lost node still held
+    that one (pod_names.py)."""
+    found = cluster.kubectl("-n", namespace, "get", "pods", "-l", f"ddpjob.dev/job-name={job},ddpjob.dev/replica-index=0",
+                            "-o", "json", check=False)
+    items = json.loads(found.stdout or "{}").get("items") or []
+    newest = max(items, key=lambda p: p["metadata"]["creationTimestamp"])["metadata"]["name"] if items else None
+    return cluster.kubectl("-n", namespace, "logs", newest or f"{job}-worker-0", "--timestamps", check=False).stdout
 
 
 def last_step(cluster, namespace: str) -> int:

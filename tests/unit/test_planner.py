@@ -180,8 +180,25 @@ def test_old_pod_terminating_is_force_deleted_only_when_safe(name, node, since, 
             node["spec"] = {"taints": [{"key": "node.kubernetes.io/out-of-service", "effect": "NoExecute"}]}
         nodes = [node]
     plan = plan_for(job, [pod.build()], nodes)
-    assert (plan.force_delete_pods, plan.delete_pods, plan.create_pods) == (
-        ["a-worker-0"] if want_force else [], [], []), name
+    assert (plan.force_delete_pods, plan.delete_pods) == (["a-worker-0"] if want_force else [], []), name
+    # The new group waits for a pod force-deleted now (gone in a moment), never for one on a lost node that may
+    # not be force-deleted yet: it leaves that pod its name (pod_names.py).
+    waits = want_force or "Ready node" in name
+    assert created(plan) == ([] if waits else [("a-worker-0-1", "1")]), name
+
+
+def test_a_new_group_takes_other_names_and_rendezvous_host_beside_a_pod_stuck_on_a_lost_node():
+    job = make_job("a").replicas(3).running().status(attempt=1, restarts=1, phase="Restarting")
+    stuck = make_pod("a", 0, 0).terminating(since=30).on_node("dead").build()
+    gone_soon = make_pod("a", 2, 0).terminating(since=1).build()  # on node-0, Ready: in the way
+    plan = plan_for(job, [stuck, gone_soon], [make_node("dead", ready=False, since=60), make_node("node-0")])
+    assert created(plan) == [], "a pod of the old group on a Ready node may still run: wait for it"
+    plan = plan_for(job, [stuck], [make_node("dead", ready=False, since=60), make_node("node-0")])
+    assert created(plan) == [("a-worker-0-1", "1"), ("a-worker-1", "1"), ("a-worker-2", "1")]
+    for pod in plan.create_pods:
+        env = {e["name"]: e.get("value") for e in pod["spec"]["containers"][0]["env"]}
+        assert env["PET_RDZV_ENDPOINT"] == "a-worker-0-1.a.ns.svc:29400"
+    assert plan.create_pods[0]["spec"]["hostname"] == "a-worker-0-1"
 
 
 def test_old_pod_stuck_on_a_ready_node_is_reported_once_never_force_deleted():

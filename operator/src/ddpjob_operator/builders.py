@@ -122,11 +122,17 @@ def build_worker_pod(
     restarts: int,
     size: int | None = None,
     podgroup: str | None = None,
+    name: str | None = None,
+    host_pod: str | None = None,
 ) -> dict[str, Any]:
+    """`name`: the pod's name and hostname (pod_names.py), `<job>-worker-<index>` by default; `host_pod`: the
+    hostname of the group's pod 0, the rendezvous endpoint (this pod's own name for pod 0)."""
     template = copy.deepcopy(spec.template)
     meta = template.get("metadata") or {}
     pod_spec = template.get("spec") or {}
-    name = api.worker_name(job.name, index)
+    name = name or api.worker_name(job.name, index)
+    if index == 0:
+        host_pod = name
     pod_spec["restartPolicy"] = "Never"
     pod_spec["hostname"] = name
     pod_spec["subdomain"] = job.name
@@ -138,7 +144,9 @@ def build_worker_pod(
         pod_spec["schedulingGroup"] = {"podGroupName": podgroup}
     container = trainer_container(pod_spec.get("containers", []))
     if container is not None:
-        _shape_trainer(container, job, spec, index=index, attempt=attempt, restarts=restarts, size=size)
+        _shape_trainer(
+            container, job, spec, index=index, attempt=attempt, restarts=restarts, size=size, host_pod=host_pod
+        )
         _add_shared_memory(pod_spec, container, spec.shm_size)
     return {
         "apiVersion": "v1",
@@ -164,7 +172,15 @@ def build_worker_pod(
 
 
 def _shape_trainer(
-    container: dict, job: JobRef, spec: JobSpec, *, index: int, attempt: int, restarts: int, size: int | None
+    container: dict,
+    job: JobRef,
+    spec: JobSpec,
+    *,
+    index: int,
+    attempt: int,
+    restarts: int,
+    size: int | None,
+    host_pod: str | None,
 ):
     owned = rendezvous_env(
         job=job.name,
@@ -175,6 +191,7 @@ def _shape_trainer(
         attempt=attempt,
         restarts=restarts,
         size=size,
+        host_pod=host_pod,
     )
     container["env"] = merge_env(container.get("env") or [], owned, overridable_defaults(spec))
     container["terminationMessagePolicy"] = "FallbackToLogsOnError"

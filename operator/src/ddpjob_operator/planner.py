@@ -36,6 +36,7 @@ from . import (
     ownership,
     placement_steps,
     placement_verdict,
+    pod_names,
     pod_rejection,
     progress_step,
     resize_policy,
@@ -266,6 +267,10 @@ def _plan_steps(
     return status
 
 
+def ref_name(obs: Observed) -> str:
+    return obs.job["metadata"]["name"]
+
+
 # --- 2. terminal ----------------------------------------------------------------------------------------------
 def _finish(obs: Observed, spec: JobSpec, status: JobStatus, pods: SortedPods, plan: Plan) -> None:
     policy = spec.run_policy.clean_pod_policy
@@ -370,7 +375,7 @@ def current_failures(
     if status.get("launchedAttempt") == status["attempt"]:
         for index in range(status["replicas"]):
             if index not in pods.current:
-                name = api.worker_name(obs.job["metadata"]["name"], index)
+                name = api.worker_name(ref_name(obs), index)
                 found.append(
                     failures.Failure(
                         pod=name,
@@ -390,7 +395,7 @@ def current_failures(
             obs.progress,
             obs.progress_since,
             obs.now,
-            pod=api.worker_name(obs.job["metadata"]["name"], 0),
+            pod=pods.current[0]["metadata"]["name"] if 0 in pods.current else api.worker_name(ref_name(obs), 0),
             liveness=Liveness(trainer_ready(pods.current.get(0)), obs.scrapes_current),
             unknown=unknown,
         )
@@ -542,16 +547,20 @@ def _create_missing(
         if wait > 0:
             plan.requeue(wait)
             return True
-    if pods.stale:
-        # The old group must be gone first: pod names are reused across attempts, an old rank must never reach
-        # the new rendezvous, and the job never has more pods than replicas (their deletion wakes us up).
+    if any(pod_names.in_the_way(p, obs.nodes) or p["metadata"]["name"] in plan.force_delete_pods for p in pods.stale):
+        # The old group must be gone first: its pods may still run and hold the GPUs the new one needs, and the
+        # job never has more pods than replicas (their deletion wakes us up). Not for a pod on a lost node, which
+        # termination.py may not force-delete for minutes; one force-deleted now is gone in a moment.
         plan.requeue(1.0)
         return True
-    if any(api.worker_name(ref.name, index) in blocked for index in missing):
+    held = {p["metadata"]["name"] for p in pods.stale} | {pod_names.host_of(p) for p in pods.stale}
+    names = {index: pod_names.free_name(ref.name, index, attempt, held) for index in missing}
+    if any(names[index] in blocked for index in missing):
         plan.requeue(ownership.WAITING_FOR_OLD_PODS_SECONDS)  # an earlier job's pods of these names are going
         return True
     if podgroup is not None and not _has_podgroup(obs, podgroup):
         plan.create_podgroup = build_podgroup(ref, podgroup, replicas, attempt)
+    host_pod = names[0] if 0 in names else pod_names.host_of(pods.current[0])
     for index in missing:
         pod = build_worker_pod(
             ref,
@@ -561,6 +570,8 @@ def _create_missing(
             restarts=status.get("restarts", 0),
             size=replicas,
             podgroup=podgroup,
+            name=names[index],
+            host_pod=host_pod,
         )
         plan.create_pods.append(pod if obs.admission is None else kueue.apply_admission(pod, obs.admission))
     # The pass that sees these pods writes the status (and says they were created), so a kill -9 in between

@@ -31,10 +31,9 @@ def metrics_url(obs: Observed) -> str | None:
     if (obs.job.get("status") or {}).get("phase") != "Running":
         return None
     attempt = str((obs.job.get("status") or {}).get("attempt", 0))
-    worker0 = api.worker_name(obs.job["metadata"]["name"], 0)
     for pod in obs.pods:
         labels = pod["metadata"].get("labels", {})
-        if pod["metadata"]["name"] != worker0 or labels.get(api.LABEL_ATTEMPT) != attempt:
+        if labels.get(api.LABEL_REPLICA_INDEX) != "0" or labels.get(api.LABEL_ATTEMPT) != attempt:
             continue
         ip = (pod.get("status") or {}).get("podIP")
         container = trainer_container(pod["spec"].get("containers", [])) or {}

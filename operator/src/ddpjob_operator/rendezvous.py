@@ -54,8 +54,10 @@ def nnodes(spec: JobSpec, size: int | None = None) -> str:
     return str(size if size is not None else spec.replicas)
 
 
-def rendezvous_host(job: str, namespace: str) -> str:
-    return f"{api.worker_name(job, 0)}.{job}.{namespace}.svc"
+def rendezvous_host(job: str, namespace: str, host_pod: str | None = None) -> str:
+    """The DNS name of the group's pod 0: its hostname (pod_names.py: `<job>-worker-0` unless an old pod on a lost
+    node still holds that) under the job's headless Service."""
+    return f"{host_pod or api.worker_name(job, 0)}.{job}.{namespace}.svc"
 
 
 def rendezvous_id(job_uid: str, attempt: int) -> str:
@@ -73,9 +75,10 @@ def rendezvous_env(
     attempt: int,
     restarts: int,
     size: int | None = None,
+    host_pod: str | None = None,
 ) -> list[dict]:
     """The variables the operator owns, in a stable order (a pod's env is compared by tests and humans)."""
-    host = rendezvous_host(job, namespace)
+    host = rendezvous_host(job, namespace, host_pod)
     port = spec.rendezvous.port
     conf = (
         f"is_host={'true' if index == 0 else 'false'},join_timeout={spec.rendezvous.join_timeout_seconds},"
