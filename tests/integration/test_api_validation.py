@@ -104,6 +104,12 @@ INVALID = [
     ("shm size not a quantity", with_spec(shmSize="lots"),
      "spec.shmSize must be a non-negative Kubernetes quantity such as 4Gi or 512Mi"),
     ("negative shm size", with_spec(shmSize="-1Gi"), "spec.shmSize must be a non-negative Kubernetes quantity"),
+    ("restart strategy typo", with_spec(runPolicy__restartStrategy="Restart"),
+     'spec.runPolicy.restartStrategy: Unsupported value: "Restart": supported values: "Recreate", "InPlace"'),
+    ("torchrun's own restarts beside InPlace",
+     with_spec(runPolicy__restartStrategy="InPlace", elastic={"minReplicas": 1, "maxReplicas": 2, "maxRestarts": 2}),
+     "spec.elastic.maxRestarts cannot be used with spec.runPolicy.restartStrategy: InPlace, whose in-place restarts "
+     "count against spec.runPolicy.backoffLimit; remove maxRestarts and set backoffLimit instead"),
     ("no template", {"apiVersion": "ddpjob.dev/v1alpha1", "kind": "DDPJob", "metadata": {"name": "bad"},
                      "spec": {"replicas": 1}}, 'spec.template: Required value'),
 ]
@@ -126,7 +132,7 @@ def test_defaults_are_applied(kube, crds):
     assert spec["restartPolicy"] == "OnFailure"
     assert spec["runPolicy"] == {"backoffLimit": 3, "cleanPodPolicy": "Running", "suspend": False,
                                  "restartBackoffSeconds": 5, "platformFailureLimit": 20, "healthyResetSeconds": 3600,
-                                 "placementTimeoutSeconds": 120}
+                                 "placementTimeoutSeconds": 120, "restartStrategy": "Recreate"}
     assert spec["rendezvous"] == {"port": 29400, "joinTimeoutSeconds": 600, "lastCallTimeoutSeconds": 30}
     assert spec["shmSize"] == "4Gi"
 

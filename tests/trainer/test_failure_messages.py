@@ -165,3 +165,34 @@ def test_a_final_step_left_by_worker_0_is_cleared_when_the_pod_fails_silently(tm
     error_file.write_text(FINAL)
     assert launcher.record_stderr_tail(_Failure(1, -9), tmp_path / "logs", str(error_file)) is False  # type: ignore[arg-type]
     assert error_file.read_text() == ""
+
+
+def _attempts(log_dir, n: int) -> None:
+    for attempt in range(n + 1):
+        (log_dir / "run_x" / f"attempt_{attempt}" / "0").mkdir(parents=True)
+
+
+def test_an_agent_that_restarted_in_place_says_how_often_in_the_error_record(tmp_path):
+    _attempts(tmp_path / "logs", 2)
+    error_file = tmp_path / "termination-log"
+    error_file.write_text(json.dumps({"message": {"message": "boom", "errorCode": 3}}))
+    assert launcher.record_in_place_restarts(tmp_path / "logs", str(error_file)) is True
+    assert json.loads(error_file.read_text())[launcher.IN_PLACE_RESTARTS_KEY] == 2
+
+
+def test_an_empty_termination_log_stays_empty_on_failure_and_gets_a_record_on_success(tmp_path):
+    _attempts(tmp_path / "logs", 1)
+    error_file = tmp_path / "termination-log"
+    error_file.write_text("")
+    assert launcher.record_in_place_restarts(tmp_path / "logs", str(error_file)) is False
+    assert error_file.read_text() == "", "the kubelet falls back to the log's last lines only when it is empty"
+    assert launcher.record_in_place_restarts(tmp_path / "logs", str(error_file), create=True) is True
+    assert json.loads(error_file.read_text()) == {launcher.IN_PLACE_RESTARTS_KEY: 1}
+
+
+def test_no_restart_writes_nothing(tmp_path):
+    _attempts(tmp_path / "logs", 0)
+    error_file = tmp_path / "termination-log"
+    error_file.write_text(json.dumps({"finished": {"step": 9}}))
+    assert launcher.record_in_place_restarts(tmp_path / "logs", str(error_file), create=True) is False
+    assert json.loads(error_file.read_text()) == {"finished": {"step": 9}}

@@ -31,6 +31,7 @@ class Failure:
     reason: str = ""
     message: str = ""
     at: datetime | None = None
+    in_place_restarts: int = 0  # the pod's torchrun agent restarted its workers this often first (in_place.py)
 
     def describe(self) -> str:
         what = {
@@ -177,7 +178,33 @@ def _terminated_failure(pod: dict[str, Any], now: datetime) -> Failure:
         reason=terminated.get("reason", ""),
         message=_trim(message),
         at=parse_time(terminated.get("finishedAt")) or now,
+        in_place_restarts=in_place_restarts(terminated.get("message", "")),
     )
+
+
+IN_PLACE_RESTARTS_KEY = "ddpjobInPlaceRestarts"  # ddp_trainer.torchrun writes it
+
+
+def in_place_restarts_of(pod: dict[str, Any]) -> int:
+    """The same, from the trainer container's termination, whatever its exit code (a success records it too)."""
+    container = trainer_container(pod.get("spec", {}).get("containers", [])) or {}
+    for cs in pod.get("status", {}).get("containerStatuses") or []:
+        terminated = (cs.get("state") or {}).get("terminated")
+        if terminated and cs.get("name") == container.get("name"):
+            return in_place_restarts(terminated.get("message", ""))
+    return 0
+
+
+def in_place_restarts(termination_message: str) -> int:
+    """How often the pod's torchrun agent restarted its workers before it gave up, from its error record."""
+    text = (termination_message or "").strip()
+    if not text.startswith("{"):
+        return 0
+    try:
+        value = json.loads(text).get(IN_PLACE_RESTARTS_KEY, 0)
+    except (ValueError, AttributeError):
+        return 0
+    return value if isinstance(value, int) and value > 0 else 0
 
 
 # What torchrun's @record leaves when its agent, not a worker, failed to form the group.

@@ -42,6 +42,21 @@ RECOVERY_SECONDS = Histogram(
     buckets=(0.5, 1, 2, 5, 10, 30, 60, 120, 300, 600, 1800),
 )
 
+RECOVERY_BY_HOW = Histogram(
+    "ddpjob_recovery_seconds",
+    "From a failure seen to the group running again, by how it was handled (recoveries.py)",
+    ["how"],
+    buckets=(0.5, 1, 2, 5, 10, 30, 60, 120, 300, 600, 1800),
+)
+GPU_SECONDS_LOST = Counter(
+    "ddpjob_gpu_seconds_lost",
+    "Rank-seconds (a GPU each on a GPU cluster) no rank trained while the group recovered, by how it was handled",
+    ["how"],
+)
+IN_PLACE_RESTARTS = Counter(
+    "ddpjob_in_place_restarts", "Trainer restarts torchrun did inside running pods (restartStrategy: InPlace)"
+)
+
 RESIZE_SECONDS = Histogram(
     "ddpjob_resize_duration_seconds",
     "From a capacity change seen (an elastic group's resize decided) to all pods at the new size Running",
@@ -85,6 +100,12 @@ def record(observation: Observation) -> None:
             RECOVERY_SECONDS.observe(observation.value)
         case "resize_duration":
             RESIZE_SECONDS.labels(direction=labels.get("direction", "unknown")).observe(observation.value)
+        case "recovery_seconds":
+            RECOVERY_BY_HOW.labels(how=labels.get("how", "Unknown")).observe(observation.value)
+        case "gpu_seconds_lost":
+            GPU_SECONDS_LOST.labels(how=labels.get("how", "Unknown")).inc(observation.value)
+        case "in_place_restarts":
+            IN_PLACE_RESTARTS.inc(observation.value)
         case "progress_unknown":
             PROGRESS_UNKNOWN.inc(observation.value)
         case "pods_stuck_terminating":

@@ -31,6 +31,7 @@ from . import (
     failures,
     gang,
     gang_discovery,
+    in_place,
     kueue,
     kueue_step,
     ownership,
@@ -39,6 +40,7 @@ from . import (
     pod_names,
     pod_rejection,
     progress_step,
+    recoveries,
     resize_policy,
     termination,
 )
@@ -240,7 +242,7 @@ def _plan_steps(
     new_status = _failure_policy(obs, settings, spec, status, pods, plan)
     if new_status is not None:
         return new_status
-    new_status = _success_policy(obs, status, pods, plan)
+    new_status = _success_policy(obs, spec, status, pods, plan)
     if new_status is not None:
         return new_status
     new_status = placement_steps.placement_timeout(obs, spec, status, list(pods.current.values()), plan)
@@ -423,6 +425,7 @@ def _failure_policy(
     obs: Observed, settings: PlannerSettings, spec: JobSpec, status: JobStatus, pods: SortedPods, plan: Plan
 ) -> JobStatus | None:
     found = current_failures(obs, settings, spec, status, pods, plan)
+    in_place.take_in(obs, spec, status, plan, [f.in_place_restarts for f in found])
     if not found:
         return None
     settling = failures.deletion_settling(found, obs.now)
@@ -463,6 +466,7 @@ def _failure_policy(
             cause.kind, _start_size(spec, obs.capacity), status["replicas"], spec.elastic.min_replicas
         )
     message = decision.message
+    recoveries.record(status, obs.now, recoveries.GROUP_RECREATED, cause, message)
     if was_reset:
         message += f" (budgets reset: the attempt ran healthy for over {spec.run_policy.healthy_reset_seconds}s)"
     if size != status["replicas"]:
@@ -501,11 +505,13 @@ def _fail(obs: Observed, status: JobStatus, plan: Plan, reason: str, message: st
     return out
 
 
-def _success_policy(obs: Observed, status: JobStatus, pods: SortedPods, plan: Plan) -> JobStatus | None:
+def _success_policy(obs: Observed, spec: JobSpec, status: JobStatus, pods: SortedPods, plan: Plan) -> JobStatus | None:
     replicas = status["replicas"]
     done = [p for p in pods.current.values() if (p.get("status") or {}).get("phase") == "Succeeded"]
     if len(done) < replicas:
         return None
+    # In-place restarts after the last scrape are only in the pods' termination records.
+    in_place.take_in(obs, spec, status, plan, [failures.in_place_restarts_of(p) for p in done])
     message = f"all {replicas} pods of attempt {status['attempt']} succeeded"
     out = c.enter_phase(status, c.SUCCEEDED, "Succeeded", message, obs.now)
     out.update({"completionTime": format_time(obs.now), "readyReplicas": 0, "readyText": f"0/{replicas}"})
@@ -637,6 +643,7 @@ def _readiness(
         if first_time and created is not None:
             plan.observe("time_to_all_running", (obs.now - created).total_seconds())
         since = parse_time(status.pop("restartingSince", None))
+        recoveries.close(status, obs.now, plan)
         if since is not None:
             plan.observe("recovery_duration", (obs.now - since).total_seconds())
             if direction is not None:

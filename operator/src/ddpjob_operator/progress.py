@@ -23,7 +23,14 @@ log = logging.getLogger("ddpjob.progress")
 
 Key = tuple[str, str]
 
-SERIES = {"ddp_trainer_step": "step", "ddp_trainer_loss": "loss", "ddp_trainer_samples_per_second": "samplesPerSecond"}
+SERIES = {
+    "ddp_trainer_step": "step",
+    "ddp_trainer_loss": "loss",
+    "ddp_trainer_samples_per_second": "samplesPerSecond",
+    "ddp_trainer_torchrun_restarts": "inPlaceRestarts",  # in_place.py
+    "ddp_trainer_last_checkpoint_step": "checkpointStep",  # recoveries.py: steps lost at a failure
+}
+INTEGERS = ("step", "inPlaceRestarts", "checkpointStep")
 
 
 def metrics_url(obs: Observed) -> str | None:
@@ -59,7 +66,7 @@ def parse_progress(text: str) -> dict[str, Any]:
                 continue
             value = float(sample.value)
             if math.isfinite(value):
-                found[key] = int(value) if key == "step" else value
+                found[key] = int(value) if key in INTEGERS else value
             elif key == "loss":
                 found["lossNonFinite"] = "NaN" if math.isnan(value) else ("+Inf" if value > 0 else "-Inf")
     return found

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from . import api
-from .spec import JobSpec
+from .spec import IN_PLACE, JobSpec
 
 # A finite collective timeout turns a hung rank into a failed pod, which the operator can restart. It must outlast
 # a checkpoint: while rank 0 writes one, the other ranks wait in the next collective. A checkpoint that fits the
@@ -44,14 +44,32 @@ def collective_timeout(spec: JobSpec) -> int:
     return max(COLLECTIVE_TIMEOUT_SECONDS, spec.grace_seconds)
 
 
+# InPlace: torchrun's agents share one TCPStore with their workers across every group they form, and the keys of a
+# group that died (its gloo and NCCL addresses) are still there when the next one forms: ranks then connect to
+# ports nobody listens on ("Gloo connectFullMesh failed ... Connection refused"), and prefixing by
+# TORCHELASTIC_RESTART_COUNT does not help, since an agent restarted for a peer's sake does not count. torch's own
+# opt-out gives each group a store of its own, hosted by its rank 0.
+IN_PLACE_DEFAULTS = {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
+
+
 def overridable_defaults(spec: JobSpec) -> dict[str, str]:
-    return {**OVERRIDABLE_DEFAULTS, "TORCH_ELASTIC_SHUTDOWN_TIMEOUT": str(shutdown_timeout(spec))}
+    in_place = IN_PLACE_DEFAULTS if spec.run_policy.restart_strategy == IN_PLACE else {}
+    return {**OVERRIDABLE_DEFAULTS, **in_place, "TORCH_ELASTIC_SHUTDOWN_TIMEOUT": str(shutdown_timeout(spec))}
 
 
 def nnodes(spec: JobSpec, size: int | None = None) -> str:
     """The attempt's size, fixed: the operator decides an elastic job's size per attempt (capacity.py), so
     torchrun forms the group as soon as that many nodes joined, instead of waiting out its last call for more."""
     return str(size if size is not None else spec.replicas)
+
+
+def max_restarts(spec: JobSpec, restarts: int) -> int:
+    """torchrun's --max-restarts. InPlace: what is left of backoffLimit when the pod is made, so that torchrun's
+    counter is the job's budget, never a second one (in_place.py counts its restarts into status.restarts).
+    Recreate: elastic.maxRestarts (deprecated), else 0: any failed process ends its pod."""
+    if spec.run_policy.restart_strategy == IN_PLACE:
+        return max(0, spec.run_policy.backoff_limit - restarts)
+    return spec.elastic.max_restarts if spec.elastic else 0
 
 
 def rendezvous_host(job: str, namespace: str, host_pod: str | None = None) -> str:
@@ -91,7 +109,7 @@ def rendezvous_env(
         "PET_RDZV_ENDPOINT": f"{host}:{port}",
         "PET_RDZV_ID": rendezvous_id(job_uid, attempt),
         "PET_RDZV_CONF": conf,
-        "PET_MAX_RESTARTS": str(spec.elastic.max_restarts if spec.elastic else 0),
+        "PET_MAX_RESTARTS": str(max_restarts(spec, restarts)),
         "PET_NODE_RANK": str(index),
         "MASTER_ADDR": host,
         "MASTER_PORT": str(port),

@@ -9,6 +9,7 @@ from typing import Any
 from . import api
 
 RESTART_POLICIES = ("OnFailure", "ExitCode", "Never")
+RECREATE, IN_PLACE = "Recreate", "InPlace"  # runPolicy.restartStrategy (in_place.py)
 CLEAN_POD_POLICIES = ("All", "Running", "None")
 # 512 MiB per rank at 8 ranks a pod. A memory-backed emptyDir is charged to the pod's memory only as it fills.
 DEFAULT_SHM_SIZE = "4Gi"
@@ -39,6 +40,7 @@ class RunPolicy:
     platform_failure_limit: int = 20  # failure_class.py: the platform's failures have their own budget
     healthy_reset_seconds: int = 3600  # both budgets start over after an attempt ran healthy this long (0: never)
     placement_timeout_seconds: int = 120  # placement_timeout.py: placed pod by pod, not all placed this long
+    restart_strategy: str = RECREATE  # in_place.py
 
 
 @dataclass(frozen=True)
@@ -126,6 +128,7 @@ def parse_spec(raw: dict[str, Any]) -> JobSpec:
             platform_failure_limit=int(run.get("platformFailureLimit", 20)),
             healthy_reset_seconds=int(run.get("healthyResetSeconds", 3600)),
             placement_timeout_seconds=int(run.get("placementTimeoutSeconds", 120)),
+            restart_strategy=str(run.get("restartStrategy", RECREATE)),
         ),
         rendezvous=Rendezvous(
             port=int(rdzv.get("port", 29400)),

@@ -36,6 +36,29 @@ class Progress(TypedDict, total=False):
     updateTime: str
     advanceTime: str
     attempt: int
+    inPlaceRestarts: int
+    checkpointStep: int
+
+
+class InPlace(TypedDict, total=False):
+    attempt: int
+    restarts: int
+
+
+class Recovery(TypedDict, total=False):
+    time: str
+    how: str  # recoveries.py: InPlace, GroupRecreated
+    attempt: int
+    pod: str
+    kind: str
+    reason: str
+    exitCode: int
+    message: str
+    step: int
+    stepsLost: int
+    ranks: int  # while open
+    recoverySeconds: float
+    gpuSecondsLost: float
 
 
 class JobStatus(TypedDict, total=False):
@@ -52,6 +75,8 @@ class JobStatus(TypedDict, total=False):
     selector: str
     worldSize: int
     restarts: int
+    inPlace: InPlace  # in_place.py: in-place restarts counted in an attempt
+    recoveries: list[Recovery]  # recoveries.py
     platformRestarts: int
     attempt: int
     launchedAttempt: int

@@ -13,6 +13,10 @@ JSON shape torchrun's own error files have (`message.message`, `message.errorCod
 Everything else (exit code, signals, console output but for torchrun's `[default<rank>]:` prefix on tee'd stderr
 lines) is torchrun's own.
 
+When torchrun's agent gives up after restarting its workers in place (`--max-restarts`, the operator's InPlace
+restart strategy), the error file also says how many times it did (`ddpjobInPlaceRestarts`): the operator counts
+them against the job's budget even when no trainer metric told it of them.
+
 It also hands the pod's termination-log path to the workers (final_step.TERMINATION_LOG_ENV; torchrun points
 their TORCHELASTIC_ERROR_FILE at files of its own), so that worker 0 can leave its final step there on success."""
 
@@ -55,9 +59,12 @@ def main(argv: list[str] | None = None) -> None:
         os.environ.setdefault(TERMINATION_LOG_ENV, os.environ[ERROR_FILE_ENV])
     try:
         torch_run.main(args)
+        record_in_place_restarts(log_dir, os.environ.get(ERROR_FILE_ENV, ""), create=True)
     except ChildFailedError as failed:
         _, failure = failed.get_first_failure()
-        record_stderr_tail(failure, log_dir, os.environ.get(ERROR_FILE_ENV, ""))
+        error_file = os.environ.get(ERROR_FILE_ENV, "")
+        record_stderr_tail(failure, log_dir, error_file)
+        record_in_place_restarts(log_dir, error_file)
         raise
     finally:
         if own_log_dir:
@@ -78,6 +85,35 @@ def record_stderr_tail(failure: ProcessFailure, log_dir: Path, error_file: str) 
     if not tail:
         return False
     Path(error_file).write_text(json.dumps(error_record(tail, failure.exitcode, failure.local_rank)))
+    return True
+
+
+IN_PLACE_RESTARTS_KEY = "ddpjobInPlaceRestarts"
+
+
+def in_place_restarts(log_dir: Path) -> int:
+    """How many times this agent restarted its workers: torchrun keeps one `attempt_<n>` folder per start."""
+    found = [int(m.group(1)) for p in log_dir.glob("*/attempt_*") if (m := _ATTEMPT.search(p.name))]
+    return max(found, default=0)
+
+
+def record_in_place_restarts(log_dir: Path, error_file: str, create: bool = False) -> bool:
+    """Add the agent's in-place restart count to the JSON record in `error_file` (the pod's termination log): to
+    torchrun's error record on a failure, to worker 0's final step on success. `create`: on success, a pod whose
+    log is empty gets a record of its own (on a failure an empty log must stay empty: the kubelet then keeps the
+    container's last log lines instead)."""
+    restarts = in_place_restarts(log_dir)
+    if not error_file or not restarts:
+        return False
+    try:
+        text = Path(error_file).read_text() if os.path.exists(error_file) else ""
+        record = json.loads(text) if text.strip() or not create else {}
+    except (OSError, ValueError):
+        return False
+    if not isinstance(record, dict):
+        return False
+    record[IN_PLACE_RESTARTS_KEY] = restarts
+    Path(error_file).write_text(json.dumps(record))
     return True
 
 

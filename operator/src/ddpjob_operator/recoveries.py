@@ -1,0 +1,67 @@
+"""status.recoveries: the job's last recoveries, kept in status (events expire), each closed when the group runs
+again (pure).
+
+An entry records when and what failed (pod, exit code or reason, failure class), how it was handled, how long it
+took and what it cost: the steps done since the last checkpoint (lost, done again) and the rank-seconds no rank
+trained (`gpuSecondsLost`: on a GPU cluster one rank is one GPU). Only the recovery itself is counted there, not
+the time spent doing the lost steps again."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from .failures import Failure
+from .plan import Plan
+from .status import JobStatus, Recovery
+from .timefmt import format_time, parse_time
+
+LIMIT = 10  # entries kept: a status is one object, read whole on every pass
+IN_PLACE, GROUP_RECREATED = "InPlace", "GroupRecreated"
+
+
+def record(
+    status: JobStatus, now: datetime, how: str, cause: Failure | None, message: str, done: bool = False
+) -> Recovery:
+    """Append an entry for a recovery that starts now (or, `done`, one that already happened in place)."""
+    progress = status.get("progress") or {}
+    entry: Recovery = {
+        "time": format_time(cause.at if cause is not None and cause.at is not None else now),
+        "how": how,
+        "attempt": status.get("attempt", 0),
+        "message": message[:300],
+    }
+    if cause is not None:
+        entry.update({"pod": cause.pod, "kind": cause.kind, "reason": cause.reason})
+        if cause.exit_code is not None:
+            entry["exitCode"] = cause.exit_code
+    if progress.get("attempt") == status.get("attempt") and isinstance(progress.get("step"), int):
+        entry["step"] = progress["step"]
+        if isinstance(progress.get("checkpointStep"), int):
+            entry["stepsLost"] = max(0, progress["step"] - progress["checkpointStep"])
+    if not done:
+        entry["ranks"] = status.get("worldSize", 0)
+    kept = [*(status.get("recoveries") or []), entry][-LIMIT:]
+    status["recoveries"] = kept
+    return entry
+
+
+def close(status: JobStatus, now: datetime, plan: Plan) -> None:
+    """The group runs again: the open entry gets its duration and rank-seconds, as an event and metrics too."""
+    entries = status.get("recoveries") or []
+    if not entries or "recoverySeconds" in entries[-1] or "ranks" not in entries[-1]:
+        return
+    entry = Recovery(**entries[-1])
+    began = parse_time(entry["time"]) or now
+    seconds = max(0.0, (now - began).total_seconds())
+    lost = seconds * int(entry.pop("ranks", 0) or 0)
+    entry.update({"recoverySeconds": round(seconds, 1), "gpuSecondsLost": round(lost, 1)})
+    status["recoveries"] = [*entries[:-1], entry]
+    steps = f", {entry['stepsLost']} steps to do again" if "stepsLost" in entry else ""
+    plan.event(
+        "Normal",
+        "Recovered",
+        f"{entry['how']} recovery of attempt {entry['attempt']} done in {seconds:.1f}s{steps}; now attempt "
+        f"{status.get('attempt')}",
+    )
+    plan.observe("recovery_seconds", seconds, how=entry["how"])
+    plan.observe("gpu_seconds_lost", lost, how=entry["how"])

@@ -1,0 +1,68 @@
+"""runPolicy.restartStrategy: InPlace on the local node, real torchrun groups: a killed trainer process is restarted
+inside the running pods by torchrun's agents (no pod deleted or created), counted against backoffLimit, and kept in
+status.recoveries; a trainer that always fails ends Failed at backoffLimit with its in-place restarts counted."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+
+from conftest import apply_job, digits_job, job_status, pods
+from ddpjob_localnode.recovery import find_worker_process, parse_trainer_log
+from support import localnode
+from support.cluster import wait_until
+from test_local_jobs import JOB_TIMEOUT, run_to_end, wait_for_step, worker0_log
+
+IN_PLACE = {"restartStrategy": "InPlace", "backoffLimit": 3}
+
+
+def _uids(cluster, namespace: str, job: str) -> dict[str, str]:
+    return {p["metadata"]["name"]: p["metadata"]["uid"] for p in pods(cluster, namespace, job)}
+
+
+def test_a_killed_trainer_process_restarts_in_place_with_the_same_pods_and_is_counted(cluster, operator, namespace):
+    apply_job(cluster, namespace, digits_job(steps=400, every=20, replicas=3, nprocPerNode=1, runPolicy=IN_PLACE))
+    step = wait_for_step(cluster, namespace, 60)
+    before = _uids(cluster, namespace, "digits")
+    assert len(before) == 3
+    victim = find_worker_process(localnode.CLUSTER_DIR, pods(cluster, namespace, "digits"), replica="1")
+    assert victim, "no trainer worker process found under digits-worker-1"
+    os.kill(victim.pid, signal.SIGKILL)
+    counted = wait_until(lambda: (s := job_status(cluster, namespace, "digits")).get("restarts") == 1 and s,
+                         timeout=JOB_TIMEOUT, interval=0.5, what="the in-place restart counted")
+    assert counted["attempt"] == 0, "no new attempt: the group re-formed inside its pods"
+    status = run_to_end(cluster, namespace)
+    assert status["phase"] == "Succeeded", status
+    assert _uids(cluster, namespace, "digits") == before, "the same three pods, never deleted or created"
+    assert (status["restarts"], status["platformRestarts"], status["attempt"]) == (1, 0, 0), status
+    assert status["inPlace"] == {"attempt": 0, "restarts": 1}
+    (entry,) = status["recoveries"]
+    assert entry["how"] == "InPlace" and entry["attempt"] == 0, entry
+    trainer = parse_trainer_log(worker0_log(cluster, namespace))
+    assert trainer.steps[-1] == 400 and max(trainer.steps) > step, trainer.steps
+    reasons = [e["reason"] for e in _events(cluster, namespace, "digits")]
+    assert "RestartedInPlace" in reasons and "Restarting" not in reasons, reasons
+
+
+def test_a_trainer_that_always_fails_in_place_ends_failed_at_backoff_limit_with_its_restarts_counted(
+        cluster, operator, namespace):
+    job = digits_job(name="bad", steps=50, replicas=1, nprocPerNode=1,
+                     runPolicy={"restartStrategy": "InPlace", "backoffLimit": 2, "restartBackoffSeconds": 0})
+    container = job["spec"]["template"]["spec"]["containers"][0]
+    # The image's entrypoint (ddp_trainer.torchrun) runs a script that fails at once, every time.
+    container["args"] = ["--no-python", "python", "-c",
+                         "import sys; print('boom: the trainer always fails', file=sys.stderr); sys.exit(3)"]
+    apply_job(cluster, namespace, job)
+    status = run_to_end(cluster, namespace, job="bad")
+    assert status["phase"] == "Failed" and status["reason"] == "BackoffLimitExceeded", status
+    assert status["restarts"] == 2, "both in-place restarts torchrun did were counted against backoffLimit 2"
+    assert status["attempt"] == 0, "torchrun's restarts were the budget: no group was recreated on top"
+    assert status["lastFailure"]["exitCode"] == 3, status["lastFailure"]
+    assert len(pods(cluster, namespace, "bad")) == 1
+
+
+def _events(cluster, namespace: str, name: str) -> list[dict]:
+    out = cluster.kubectl("-n", namespace, "get", "events", "--field-selector", f"involvedObject.name={name}",
+                          "-o", "json")
+    return json.loads(out.stdout)["items"]

@@ -1,0 +1,151 @@
+"""runPolicy.restartStrategy: InPlace (in_place.py, rendezvous.max_restarts, recoveries.py): torchrun's in-place
+restarts are the job's budget, counted into status.restarts from worker 0's scrape and the pods' termination
+records, once each; a group restart and an in-place one each leave an entry in status.recoveries."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from datetime import timedelta
+
+import pytest
+
+from ddpjob_operator import recoveries
+from ddpjob_operator.failures import in_place_restarts, in_place_restarts_of
+from ddpjob_operator.plan import Plan
+from ddpjob_operator.planner import PlannerSettings, plan_reconcile
+from ddpjob_operator.rendezvous import max_restarts, overridable_defaults
+from ddpjob_operator.spec import parse_spec
+
+from job_builders import NOW, make_job, make_pod, observe, running_pods
+
+SETTINGS = PlannerSettings(node_lost_grace_seconds=30, terminating_grace_seconds=60)
+
+
+def in_place(job):
+    job._run()["restartStrategy"] = "InPlace"
+    return job
+
+
+def plan_with(job, pods, progress=None, now=NOW):
+    obs = dataclasses.replace(observe(job.build(), pods, now=now), progress=progress)
+    return plan_reconcile(obs, SETTINGS)
+
+
+def env_of(pod) -> dict[str, str]:
+    return {e["name"]: e.get("value") for e in pod["spec"]["containers"][0]["env"]}
+
+
+@pytest.mark.parametrize("strategy, backoff, restarts, want", [
+    ("Recreate", 3, 0, 0),  # any failed process ends its pod
+    ("InPlace", 3, 0, 3),  # torchrun's limit is the job's budget...
+    ("InPlace", 3, 2, 1),  # ...what is left of it when the pod is made
+    ("InPlace", 3, 5, 0),
+])
+def test_torchruns_limit_is_what_is_left_of_backoff_limit(strategy, backoff, restarts, want):
+    job = make_job("a").backoff_limit(backoff)
+    job._run()["restartStrategy"] = strategy
+    spec = parse_spec(job.build()["spec"])
+    assert max_restarts(spec, restarts) == want
+    assert ("TORCH_DISABLE_SHARE_RDZV_TCP_STORE" in overridable_defaults(spec)) == (strategy == "InPlace")
+
+
+def test_new_pods_get_the_budget_left_as_their_limit():
+    job = in_place(make_job("a").replicas(2).backoff_limit(3)).running(attempt=1, restarts=2).status(launchedAttempt=0)
+    plan = plan_with(job, [])
+    assert [env_of(p)["PET_MAX_RESTARTS"] for p in plan.create_pods] == ["1", "1"]
+
+
+def test_worker_0s_count_is_taken_in_once_as_restarts_with_an_event_and_a_recovery_entry():
+    job = in_place(make_job("a").replicas(2)).running(restarts=1)
+    job.status(progress={"attempt": 0, "step": 120, "checkpointStep": 100})
+    scraped = {"step": 130, "inPlaceRestarts": 1, "updateTime": "2026-11-25T10:00:00Z"}
+    plan = plan_with(job, running_pods("a", 2), scraped)
+    status = plan.status
+    assert (status["restarts"], status["inPlace"], status["attempt"]) == (2, {"attempt": 0, "restarts": 1}, 0)
+    assert [e.reason for e in plan.events] == ["RestartedInPlace"]
+    assert "restarts 2 of backoffLimit 3; no pod was replaced" in plan.events[0].message
+    (entry,) = status["recoveries"]
+    assert (entry["how"], entry["attempt"], entry["step"], entry["stepsLost"]) == ("InPlace", 0, 120, 20)
+    assert plan.create_pods == [] and plan.delete_pods == []
+    # The same count again: nothing new.
+    job.status(**status)
+    again = plan_with(job, running_pods("a", 2), scraped)
+    assert again.status is None or again.status["restarts"] == 2
+    assert "RestartedInPlace" not in [e.reason for e in again.events]
+
+
+def test_under_recreate_torchruns_count_is_not_taken_in():
+    job = make_job("a").running()
+    plan = plan_with(job, running_pods("a", 1), {"step": 5, "inPlaceRestarts": 2})
+    assert plan.status is None or plan.status["restarts"] == 0
+
+
+def test_a_count_of_an_earlier_attempt_is_not_this_attempts():
+    job = in_place(make_job("a")).running(attempt=2, restarts=1).status(inPlace={"attempt": 1, "restarts": 1})
+    plan = plan_with(job, running_pods("a", 1, attempt=2), {"step": 5, "inPlaceRestarts": 1})
+    assert (plan.status["restarts"], plan.status["inPlace"]) == (2, {"attempt": 2, "restarts": 1})
+
+
+def record(restarts: int, **extra) -> str:
+    return json.dumps({"message": {"message": "boom", "errorCode": 3}, "ddpjobInPlaceRestarts": restarts, **extra})
+
+
+def test_an_agent_that_gave_up_says_how_often_it_restarted_and_the_budget_is_then_spent():
+    job = in_place(make_job("a").backoff_limit(2)).running()
+    plan = plan_with(job, [make_pod("a", 0).failed(1, message=record(2)).build()])
+    assert (plan.status["phase"], plan.status["reason"], plan.status["restarts"]) == (
+        "Failed", "BackoffLimitExceeded", 2)
+    assert plan.status["lastFailure"]["exitCode"] == 3
+
+
+def test_restarts_only_a_successful_pod_reports_are_counted_at_the_end():
+    job = in_place(make_job("a")).running()
+    done = make_pod("a", 0).succeeded().build()
+    done["status"]["containerStatuses"][0]["state"]["terminated"]["message"] = json.dumps(
+        {"finished": {"step": 50}, "ddpjobInPlaceRestarts": 1})
+    plan = plan_with(job, [done])
+    assert (plan.status["phase"], plan.status["restarts"]) == ("Succeeded", 1)
+    assert plan.status["progress"]["step"] == 50
+
+
+@pytest.mark.parametrize("text, want", [
+    (record(2), 2),
+    (json.dumps({"finished": {"step": 3}}), 0),
+    ("Traceback ... Root Cause", 0),
+    ("{not json", 0),
+    (json.dumps({"ddpjobInPlaceRestarts": "2"}), 0),
+    (json.dumps({"ddpjobInPlaceRestarts": -1}), 0),
+])
+def test_the_termination_record_is_read_strictly(text, want):
+    assert in_place_restarts(text) == want
+
+
+def test_a_pod_without_a_terminated_trainer_reports_none():
+    assert in_place_restarts_of(make_pod("a", 0).build()) == 0
+
+
+def test_a_group_restart_is_recorded_open_and_closed_when_the_group_runs_again():
+    job = make_job("a").replicas(2).running().status(progress={"attempt": 0, "step": 90, "checkpointStep": 80})
+    plan = plan_with(job, [make_pod("a", 0).build(), make_pod("a", 1).failed(1).build()])
+    (entry,) = plan.status["recoveries"]
+    assert (entry["how"], entry["pod"], entry["exitCode"], entry["stepsLost"], entry["ranks"]) == (
+        "GroupRecreated", "a-worker-1", 1, 10, 2)
+    # The new attempt runs 12 s after the failure was seen: the entry closes, an event and two metrics say so.
+    later = NOW + timedelta(seconds=12)
+    restarted = make_job("a").replicas(2).status(**{**plan.status, "launchedAttempt": 1})
+    plan = plan_with(restarted, running_pods("a", 2, attempt=1), now=later)
+    (entry,) = plan.status["recoveries"]
+    assert "ranks" not in entry and entry["gpuSecondsLost"] == pytest.approx(2 * entry["recoverySeconds"])
+    assert entry["recoverySeconds"] >= 12
+    assert "Recovered" in [e.reason for e in plan.events]
+    assert {o.metric for o in plan.observations} >= {"recovery_seconds", "gpu_seconds_lost"}
+
+
+def test_the_history_keeps_the_last_entries_only():
+    status = {"attempt": 0}
+    for _ in range(recoveries.LIMIT + 3):
+        recoveries.record(status, NOW, recoveries.IN_PLACE, None, "x", done=True)  # type: ignore[arg-type]
+    assert len(status["recoveries"]) == recoveries.LIMIT
+    recoveries.close(status, NOW, Plan())  # type: ignore[arg-type]  # nothing open: nothing changes
+    assert all("recoverySeconds" not in e for e in status["recoveries"])
