@@ -66,3 +66,22 @@ def _events(cluster, namespace: str, name: str) -> list[dict]:
     out = cluster.kubectl("-n", namespace, "get", "events", "--field-selector", f"involvedObject.name={name}",
                           "-o", "json")
     return json.loads(out.stdout)["items"]
+
+
+def test_a_deleted_pod_is_replaced_alone_and_the_others_keep_their_uid(cluster, operator, namespace):
+    apply_job(cluster, namespace, digits_job(steps=400, every=20, replicas=3, nprocPerNode=1, runPolicy=IN_PLACE))
+    wait_for_step(cluster, namespace, 60)
+    before = _uids(cluster, namespace, "digits")
+    cluster.kubectl("-n", namespace, "delete", "pod", "digits-worker-1", "--wait=false")
+    status = run_to_end(cluster, namespace)
+    assert status["phase"] == "Succeeded", status
+    after = _uids(cluster, namespace, "digits")
+    assert {n: after[n] for n in ("digits-worker-0", "digits-worker-2")} == {
+        n: before[n] for n in ("digits-worker-0", "digits-worker-2")}, "the survivors were never replaced"
+    assert after["digits-worker-1"] != before["digits-worker-1"]
+    assert (status["attempt"], status["platformRestarts"], status["restarts"]) == (0, 1, 0), status
+    assert [r["how"] for r in status["recoveries"]] == ["PodReplaced"], status["recoveries"]
+    assert status["recoveries"][0]["recoverySeconds"] > 0
+    reasons = [e["reason"] for e in _events(cluster, namespace, "digits")]
+    assert "ReplacingPod" in reasons and "Recovered" in reasons and "Restarting" not in reasons, reasons
+    assert parse_trainer_log(worker0_log(cluster, namespace)).steps[-1] == 400

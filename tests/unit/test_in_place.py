@@ -149,3 +149,60 @@ def test_the_history_keeps_the_last_entries_only():
     assert len(status["recoveries"]) == recoveries.LIMIT
     recoveries.close(status, NOW, Plan())  # type: ignore[arg-type]  # nothing open: nothing changes
     assert all("recoverySeconds" not in e for e in status["recoveries"])
+
+
+def test_a_lost_pod_is_replaced_alone_and_the_others_are_left_running():
+    job = in_place(make_job("a").replicas(3)).running()
+    lost = make_pod("a", 1).failed(1, message=record(0)).build()
+    plan = plan_with(job, [make_pod("a", 0).build(), lost, make_pod("a", 2).build()])
+    status = plan.status
+    assert (status["attempt"], status["phase"], status["restarts"]) == (0, "Running", 1)
+    assert status["replacing"] == {"1": "pod-1-0"}
+    assert status["inPlace"] == {"attempt": 0, "restarts": 1}, "the survivors' own restart for it is this failure's"
+    assert [e.reason for e in plan.events] == ["ReplacingPod"]
+    assert status["recoveries"][-1]["how"] == "PodReplaced"
+    assert (plan.delete_pods, plan.create_pods) == ([], []), "decided first, acted on by the next pass"
+    # Next pass: the lost pod is an earlier one now; it is deleted, the others are untouched.
+    job.status(**status)
+    plan = plan_with(job, [make_pod("a", 0).build(), lost, make_pod("a", 2).build()])
+    assert plan.delete_pods == ["a-worker-1"] and plan.release_pods == ["a-worker-1"]
+    assert plan.create_pods == [], "its container may still run on a Ready node: wait until it is gone"
+    # Gone: its replacement joins the same attempt's rendezvous, hosted by pod 0.
+    plan = plan_with(job, [make_pod("a", 0).build(), make_pod("a", 2).build()])
+    (new,) = plan.create_pods
+    assert (new["metadata"]["name"], new["metadata"]["labels"]["ddpjob.dev/restart-attempt"]) == ("a-worker-1", "0")
+    assert env_of(new)["PET_RDZV_ID"] == "uid-1-0" and env_of(new)["PET_RDZV_ENDPOINT"].startswith("a-worker-0.a.")
+    assert env_of(new)["PET_MAX_RESTARTS"] == "2", "what is left of backoffLimit 3"
+    # All three run again: the replacement is over and its recovery closed.
+    fresh = make_pod("a", 1).build()
+    fresh["metadata"]["uid"] = "pod-1-0-new"
+    plan = plan_with(job, [make_pod("a", 0).build(), fresh, make_pod("a", 2).build()])
+    assert "replacing" not in plan.status and "recoverySeconds" in plan.status["recoveries"][-1]
+    assert "Recovered" in [e.reason for e in plan.events]
+
+
+@pytest.mark.parametrize("name, pods, why", [
+    ("pod 0 hosts the rendezvous store", lambda: [make_pod("a", 0).failed(1).build(), make_pod("a", 1).build()],
+     "its loss takes the store every agent uses"),
+    ("two pods ended at once", lambda: [make_pod("a", 0).build(), make_pod("a", 1).failed(1).build(),
+                                        make_pod("a", 2).failed(1).build()], "more than one"),
+])
+def test_the_group_is_recreated_where_one_pod_cannot_be_replaced_alone(name, pods, why):
+    job = in_place(make_job("a").replicas(3)).running()
+    plan = plan_with(job, pods())
+    assert plan.status["attempt"] == 1 and "replacing" not in plan.status, (name, why)
+    assert plan.status["recoveries"][-1]["how"] == "GroupRecreated"
+
+
+def test_under_recreate_a_lost_pod_restarts_the_group():
+    job = make_job("a").replicas(3).running()
+    plan = plan_with(job, [make_pod("a", 0).build(), make_pod("a", 1).failed(1).build(), make_pod("a", 2).build()])
+    assert plan.status["attempt"] == 1 and "replacing" not in plan.status
+
+
+def test_an_in_place_elastic_group_accepts_min_to_its_size():
+    job = in_place(make_job("a").replicas(3).elastic(2, 3))
+    plan = plan_with(job, [])
+    assert {env_of(p)["PET_NNODES"] for p in plan.create_pods} == {"2:3"}
+    assert {env_of(p)["PET_NNODES"] for p in plan_with(make_job("a").replicas(3).elastic(2, 3), []).create_pods} == {
+        "3"}

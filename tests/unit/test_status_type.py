@@ -30,6 +30,8 @@ def json_type(hint) -> str:
         return {type(v) for v in typing.get_args(hint)} == {str} and "string" or "?"
     if origin is list:
         return "array"
+    if origin is dict:
+        return "object"
     if typing.is_typeddict(hint):
         return "object"
     return {int: "integer", float: "number", str: "string", bool: "boolean"}.get(hint, repr(hint))

@@ -41,6 +41,7 @@ from . import (
     pod_rejection,
     progress_step,
     recoveries,
+    replace_pod,
     resize_policy,
     termination,
 )
@@ -104,12 +105,17 @@ def pod_index(pod: dict[str, Any]) -> int:
         return -1
 
 
-def sort_pods(pods: list[dict[str, Any]], attempt: int, replicas: int) -> SortedPods:
+def sort_pods(
+    pods: list[dict[str, Any]], attempt: int, replicas: int, replaced: set[str] | frozenset[str] = frozenset()
+) -> SortedPods:
+    """`replaced`: uids of pods of the attempt being replaced alone (replace_pod.py): earlier pods, like those of an
+    earlier attempt."""
     current: dict[int, dict[str, Any]] = {}
     stale: list[dict[str, Any]] = []
     for pod in pods:
         index = pod_index(pod)
-        if pod_attempt(pod) == attempt and 0 <= index < replicas and index not in current:
+        fresh = pod["metadata"].get("uid") not in replaced
+        if pod_attempt(pod) == attempt and 0 <= index < replicas and index not in current and fresh:
             current[index] = pod
         else:
             stale.append(pod)
@@ -198,7 +204,7 @@ def _plan_steps(
     obs: Observed, settings: PlannerSettings, ref: JobRef, spec: JobSpec, status: JobStatus, plan: Plan
 ) -> JobStatus:
     attempt = status["attempt"]
-    pods = sort_pods(obs.pods, attempt, status["replicas"])
+    pods = sort_pods(obs.pods, attempt, status["replicas"], replace_pod.replaced_uids(status))
 
     blocked_names = ownership.plan_foreign_pods(obs, plan)
     if c.is_terminal(status.get("phase")):
@@ -375,8 +381,9 @@ def current_failures(
         # said whether it is lost, so the cause is the node (the platform's), not a peer's exit (the trainer's).
         return []
     if status.get("launchedAttempt") == status["attempt"]:
+        being_replaced = replace_pod.not_missing(status)
         for index in range(status["replicas"]):
-            if index not in pods.current:
+            if index not in pods.current and index not in being_replaced:
                 name = api.worker_name(ref_name(obs), index)
                 found.append(
                     failures.Failure(
@@ -466,6 +473,12 @@ def _failure_policy(
             cause.kind, _start_size(spec, obs.capacity), status["replicas"], spec.elastic.min_replicas
         )
     message = decision.message
+    alone = replace_pod.pod_to_replace(spec, found, pods.current)
+    if alone is not None:
+        recoveries.record(status, obs.now, recoveries.POD_REPLACED, cause, message)
+        replace_pod.replace(obs, status, *alone, cause, kind, plan)
+        status["lastFailure"] = last_failure
+        return status
     recoveries.record(status, obs.now, recoveries.GROUP_RECREATED, cause, message)
     if was_reset:
         message += f" (budgets reset: the attempt ran healthy for over {spec.run_policy.healthy_reset_seconds}s)"
@@ -648,8 +661,12 @@ def _readiness(
             plan.observe("recovery_duration", (obs.now - since).total_seconds())
             if direction is not None:
                 plan.observe("resize_duration", (obs.now - since).total_seconds(), direction=direction)
-    elif running < replicas and phase == c.RUNNING:
+    elif running < replicas and phase == c.RUNNING and not status.get("replacing"):
         status.update(c.enter_phase(status, c.PENDING, "PodsNotRunning", f"{running}/{replicas} pods running", obs.now))
+    if status.get("replacing") and phase == c.RUNNING:
+        replace_pod.done(status, pods.current, running)
+        if not status.get("replacing"):
+            recoveries.close(status, obs.now, plan)
     if status.get("phase") != c.RUNNING:
         return
     progress_step.take_progress(

@@ -16,7 +16,7 @@ from .status import JobStatus, Recovery
 from .timefmt import format_time, parse_time
 
 LIMIT = 10  # entries kept: a status is one object, read whole on every pass
-IN_PLACE, GROUP_RECREATED = "InPlace", "GroupRecreated"
+IN_PLACE, POD_REPLACED, GROUP_RECREATED = "InPlace", "PodReplaced", "GroupRecreated"
 
 
 def record(

@@ -59,8 +59,13 @@ def overridable_defaults(spec: JobSpec) -> dict[str, str]:
 
 def nnodes(spec: JobSpec, size: int | None = None) -> str:
     """The attempt's size, fixed: the operator decides an elastic job's size per attempt (capacity.py), so
-    torchrun forms the group as soon as that many nodes joined, instead of waiting out its last call for more."""
-    return str(size if size is not None else spec.replicas)
+    torchrun forms the group as soon as that many nodes joined, instead of waiting out its last call for more.
+    InPlace elastic: minReplicas to that size."""
+    size = size if size is not None else spec.replicas
+    if spec.elastic is not None and spec.run_policy.restart_strategy == IN_PLACE and spec.elastic.min_replicas < size:
+        # InPlace replaces a lost pod alone (replace_pod.py): the survivors form a group without it meanwhile.
+        return f"{spec.elastic.min_replicas}:{size}"
+    return str(size)
 
 
 def max_restarts(spec: JobSpec, restarts: int) -> int:

@@ -76,6 +76,7 @@ class JobStatus(TypedDict, total=False):
     worldSize: int
     restarts: int
     inPlace: InPlace  # in_place.py: in-place restarts counted in an attempt
+    replacing: dict[str, str]  # replace_pod.py: replica index -> uid of the lost pod being replaced alone
     recoveries: list[Recovery]  # recoveries.py
     platformRestarts: int
     attempt: int
