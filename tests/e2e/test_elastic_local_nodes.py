@@ -113,12 +113,16 @@ def _agent_index(node: str, names: list[str]) -> int:
     return names.index(node)
 
 
+@pytest.mark.parametrize("strategy", ["Recreate", "InPlace"])
 def test_a_group_that_lost_a_node_trains_on_at_2_without_waiting_for_the_pod_stuck_on_that_node(
-        cluster, operator, namespace, three_local_nodes):
+        cluster, operator, namespace, three_local_nodes, strategy):
     """No out-of-service taint: the lost node's pod stays Terminating (termination.py will not force-delete it for
     300 s, its containers may still run), and the group at 2 must not wait for it. The lost pod is worker 0, the
-    rendezvous host, whose name the new group needs too: it takes another (pod_names.py)."""
-    apply_job(cluster, namespace, elastic_job())
+    rendezvous host, whose name the new group needs too: it takes another (pod_names.py). Under InPlace too: pod 0
+    hosts the rendezvous store, so its loss recreates the group (replace_pod.py)."""
+    job = elastic_job()
+    job["spec"]["runPolicy"] = {**job["spec"].get("runPolicy", {}), "restartStrategy": strategy}
+    apply_job(cluster, namespace, job)
     status = wait_size(cluster, namespace, 3)
     wait_until(lambda: (parse_trainer_log(worker0_log(cluster, namespace, "el")).steps or [0])[-1] >= 40,
                timeout=JOB_TIMEOUT, interval=0.5, what="step 40 at size 3")
@@ -150,3 +154,43 @@ def test_a_group_that_lost_a_node_trains_on_at_2_without_waiting_for_the_pod_stu
             localnode.start(cluster)
         else:
             localnode.start_extra(cluster, index, nodes=3)
+
+
+def test_in_place_a_lost_nodes_pod_is_replaced_alone_the_others_train_on_at_2_and_take_it_back(
+        cluster, operator, namespace, three_local_nodes):
+    """InPlace, elastic 2..3, the node of worker 2 stops (no out-of-service taint): worker 2 alone is replaced, the
+    two others keep their pods and train on at 2 meanwhile (their agents accept 2..3 nodes); the replacement waits
+    for room (one pod per node), the node returns, and the group takes it back at 3, still attempt 0."""
+    job = elastic_job()
+    job["spec"]["runPolicy"] = {**job["spec"].get("runPolicy", {}), "restartStrategy": "InPlace"}
+    args = job["spec"]["template"]["spec"]["containers"][0]["args"]
+    args[:] = [a if not a.startswith("--train.steps=") else "--train.steps=900" for a in args]  # outlasts the loss
+    apply_job(cluster, namespace, job)
+    status = wait_size(cluster, namespace, 3)
+    wait_until(lambda: (parse_trainer_log(worker0_log(cluster, namespace, "el")).steps or [0])[-1] >= 40,
+               timeout=JOB_TIMEOUT, interval=0.5, what="step 40 at size 3")
+    first = {p["metadata"]["name"]: p for p in _current_pods(cluster, namespace, 0)}
+    lost = first["el-worker-2"]["spec"]["nodeName"]
+    index = _agent_index(lost, three_local_nodes)
+    (localnode.stop if index == 0 else lambda: localnode.stop_extra(index))()
+    try:
+        replacing = wait_until(lambda: (s := job_status(cluster, namespace, "el")).get("replacing") and s,
+                               timeout=JOB_TIMEOUT, interval=0.5, what="worker 2 being replaced")
+        assert replacing["replacing"] == {"2": first["el-worker-2"]["metadata"]["uid"]}
+        assert replacing["attempt"] == 0 and replacing["phase"] == "Running", replacing
+        worlds = wait_until(lambda: [int(m["world"]) for m in SIZED.finditer(worker0_log(cluster, namespace, "el"))
+                                     if int(m["world"]) == 2] or None,
+                            timeout=JOB_TIMEOUT, what="the survivors training on at 2")
+        assert worlds
+    finally:
+        if index == 0:
+            localnode.start(cluster)
+        else:
+            localnode.start_extra(cluster, index, nodes=3)
+    status = run_to_end(cluster, namespace, job="el")
+    assert status["phase"] == "Succeeded", status
+    assert status["attempt"] == 0 and status["platformRestarts"] == 1, status
+    now = {p["metadata"]["name"]: p["metadata"]["uid"] for p in _current_pods(cluster, namespace, 0)}
+    for name in ("el-worker-0", "el-worker-1"):
+        assert now[name] == first[name]["metadata"]["uid"], f"{name} was never replaced"
+    assert [r["how"] for r in status["recoveries"]] == ["PodReplaced"], status["recoveries"]

@@ -206,3 +206,18 @@ def test_an_in_place_elastic_group_accepts_min_to_its_size():
     assert {env_of(p)["PET_NNODES"] for p in plan.create_pods} == {"2:3"}
     assert {env_of(p)["PET_NNODES"] for p in plan_with(make_job("a").replicas(3).elastic(2, 3), []).create_pods} == {
         "3"}
+
+
+def test_survivors_that_finish_while_a_replacement_waits_for_room_end_the_job():
+    job = in_place(make_job("a").replicas(3).elastic(2, 3)).running().status(replacing={"2": "pod-2-0"})
+    waiting = make_pod("a", 2).pending().build()
+    waiting["metadata"]["uid"] = "pod-2-0-new"
+    plan = plan_with(job, [make_pod("a", 0).succeeded().build(), make_pod("a", 1).succeeded().build(), waiting])
+    assert plan.status["phase"] == "Succeeded"
+    job.status(**plan.status)
+    plan = plan_with(job, [make_pod("a", 0).succeeded().build(), make_pod("a", 1).succeeded().build(), waiting])
+    assert "a-worker-2" in plan.delete_pods, "the replacement that never joined goes with the job"
+    # Without a replacement under way, a pod that has not finished holds the success back.
+    plan = plan_with(in_place(make_job("a").replicas(3)).running(),
+                     [make_pod("a", 0).succeeded().build(), make_pod("a", 1).succeeded().build(), make_pod("a", 2).build()])
+    assert plan.status is None or plan.status["phase"] != "Succeeded"

@@ -521,7 +521,13 @@ def _fail(obs: Observed, status: JobStatus, plan: Plan, reason: str, message: st
 def _success_policy(obs: Observed, spec: JobSpec, status: JobStatus, pods: SortedPods, plan: Plan) -> JobStatus | None:
     replicas = status["replicas"]
     done = [p for p in pods.current.values() if (p.get("status") or {}).get("phase") == "Succeeded"]
-    if len(done) < replicas:
+    # InPlace elastic: the survivors may finish the training while a lost pod's replacement still waits for room;
+    # their group was complete without it (replace_pod.py), and the replacement is cleaned up with the job.
+    replacing = replace_pod.not_missing(status)
+    done_indices = {i for i, p in pods.current.items() if p in done}
+    if len(done) < replicas and not (
+        replacing and 0 in done_indices and done_indices | replacing >= set(range(replicas))
+    ):
         return None
     # In-place restarts after the last scrape are only in the pods' termination records.
     in_place.take_in(obs, spec, status, plan, [failures.in_place_restarts_of(p) for p in done])
