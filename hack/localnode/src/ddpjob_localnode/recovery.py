@@ -140,6 +140,27 @@ class RecoveryClock:
         rows.append((TOTAL, end - killed))
         return rows
 
+    def in_place_breakdown(self, trainer: TrainerLog) -> list[tuple[str, float]]:
+        """The same rows for a restart inside the running pods (restartStrategy: InPlace): no pod is recreated and
+        the operator's detection is not on the path (torchrun's agents restart on their own), so those rows are 0
+        and "torchrun start" is from the kill until torchrun spawned the new processes."""
+        killed, ready = self.killed_at, trainer.ready_at
+        if killed is None or ready is None or ready < killed:
+            return [("incomplete", -1.0)]
+        rows = [
+            ("detection", 0.0),
+            ("pod recreation", 0.0),
+            ("later restarts", 0.0),
+            ("torchrun start", max(0.0, ready - trainer.process_s - killed)),
+            ("process start", max(0.0, trainer.process_s - trainer.rendezvous_s - trainer.checkpoint_load_s)),
+            ("rendezvous", trainer.rendezvous_s),
+            ("checkpoint load", trainer.checkpoint_load_s),
+        ]
+        end = trainer.first_step_at or ready
+        rows.append(("first steps", max(0.0, end - ready)))
+        rows.append((TOTAL, end - killed))
+        return rows
+
 
 @dataclass(frozen=True)
 class Victim:
