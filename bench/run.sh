@@ -14,7 +14,7 @@
 #   BENCH_KUEUE_JOBS=100 BENCH_KUEUE_QUOTA=10 BENCH_KUEUE_RUN_SECONDS=10   a queue under Kueue vs its batch/v1 Job
 #   BENCH_OSCILLATION_SECONDS=300     capacity oscillation: an elastic job under a filler tenant every 20 s, this tree
 #                                     vs the operator before the settling rules (a git worktree of e0edcad^)
-#   BENCH_SKIP="local"                any of: trainer scale gang estimate oscillation deletion kueue local (skip those
+#   BENCH_SKIP="local"                any of: trainer scale gang estimate oscillation deletion kueue local recovery (skip those
 #                                     parts)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -93,6 +93,11 @@ if ! skip local; then
   else
     say "the demo failed: local recovery not measured (its output: $demo_log)"
   fi
+fi
+
+if ! skip recovery; then
+  say "recovery by fault and strategy: kill -9, delete pod, stop node x Recreate, InPlace on three local nodes"
+  "$py" "$root/bench/recovery_modes.py" --out "$results/recovery_modes.json"
 fi
 
 say "plots and summary"

@@ -378,3 +378,12 @@ def test_deletion_rows_name_the_earlier_tree_measured_in_the_same_run():
     }
     first = summary.deletion_rows(after, None)[0]
     assert "before-af53123 in the same run: 12.0 s, 2.00x" in first and "| 8.0 s | 6.0 s" in first
+
+
+def test_recovery_modes_reads_the_group_that_trains_after_the_fault():
+    from recovery_modes import after_restart
+
+    lines = [(1.0, 100), (2.0, 105), (3.0, 110), (9.0, 110), (10.0, 115)]
+    # The old process logged 110 after the fault at 2.5; the new one started at 8 and resumed at the checkpoint.
+    assert after_restart(lines, [0.0, 8.0], at=2.5) == [(9.0, 110), (10.0, 115)]
+    assert after_restart(lines, [0.0], at=2.5) == [], "no process started since: nothing trains again yet"

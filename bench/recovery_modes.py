@@ -1,0 +1,212 @@
+"""Recovery by fault and restart strategy, on the shared local cluster with three local nodes, real torchrun groups
+(digits, gloo on CPU): kill -9 of one trainer process, kubectl delete of one pod, and one node agent stopped
+(no out-of-service taint), each under Recreate and InPlace, all in one run on the same nodes.
+
+The job is elastic 2..3 at 3 pods, one per node, one process each; the fault always hits replica 1 (not pod 0,
+the rendezvous host). For each run, read from worker 0's log (kubectl logs --timestamps, its step lines):
+- stall: from the fault to worker 0's first step line of the group that trains after it (training again);
+- back: from the fault to worker 0 back at that step (after redoing the steps lost since the checkpoint);
+- steps lost: that step minus the step the group resumed from (0 when nobody resumed);
+- pods recreated: pods of the job created after the fault, by the time it is back;
+- rank-seconds lost: the ranks of the group before the fault x back (a GPU each on a GPU cluster; a rank that
+  could train and does not, until it is back at its pre-failure step), and its ratio to Recreate's for the fault.
+
+    python bench/recovery_modes.py [--out bench/results/recovery_modes.json] [--steps 900]"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import signal
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests"))
+
+from support import cluster as local_cluster  # noqa: E402
+from support import localnode  # noqa: E402
+from support.cluster import wait_until  # noqa: E402
+from support.operator import OperatorProcess, install_crds  # noqa: E402
+
+from ddp_trainer.progress_log import PROGRESS, RESUMED, STARTED  # noqa: E402
+from ddpjob_localnode.recovery import find_worker_process, parse_time  # noqa: E402
+from machine import describe_machine  # noqa: E402
+from progress_lines import say  # noqa: E402
+
+FAULTS = ("kill", "delete", "node")
+MODES = ("Recreate", "InPlace")
+JOB = "rec"
+
+
+def manifest(mode: str, steps: int) -> dict:
+    job = yaml.safe_load((ROOT / "examples" / "digits.yaml").read_text())
+    job["metadata"]["name"] = JOB
+    spec = job["spec"]
+    spec.update(replicas=3, nprocPerNode=1, elastic={"minReplicas": 2, "maxReplicas": 3})
+    spec["runPolicy"].update(restartStrategy=mode, backoffLimit=5, restartBackoffSeconds=0)
+    spec["rendezvous"] = {"port": random.randint(30000, 32000)}
+    container = spec["template"]["spec"]["containers"][0]
+    args = [
+        a
+        for a in container["args"]
+        if not a.startswith(
+            ("--train.batch-size-per-rank", "--train.steps", "--checkpoint.every-steps", "--log.every-steps")
+        )
+    ]
+    container["args"] = [
+        *args,
+        "--train.global-batch-size=96",
+        f"--train.steps={steps}",
+        "--checkpoint.every-steps=50",
+        "--log.every-steps=5",
+    ]
+    one_per_node = {
+        "labelSelector": {"matchLabels": {"ddpjob.dev/job-name": JOB}},
+        "topologyKey": "kubernetes.io/hostname",
+    }
+    spec["template"]["spec"]["affinity"] = {
+        "podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [one_per_node]}
+    }
+    return job
+
+
+def pods(c, ns: str) -> list[dict]:
+    out = c.kubectl("-n", ns, "get", "pods", "-l", f"ddpjob.dev/job-name={JOB}", "-o", "json")
+    return json.loads(out.stdout)["items"]
+
+
+def worker0_steps(c, ns: str) -> tuple[list[tuple[float, int]], list[float], int | None]:
+    """(time, step) of every step line of the job's pods 0, the times its trainer processes started, and the step
+    it last resumed from."""
+    zero = [p for p in pods(c, ns) if p["metadata"]["labels"].get("ddpjob.dev/replica-index") == "0"]
+    steps: list[tuple[float, int]] = []
+    starts: list[float] = []
+    resumed = None
+    for pod in zero:
+        text = c.kubectl("-n", ns, "logs", pod["metadata"]["name"], "--timestamps", check=False).stdout
+        for line in text.splitlines():
+            stamp, _, body = line.partition(" ")
+            if m := PROGRESS.match(body):
+                steps.append((parse_time(stamp), int(m["step"])))
+            elif STARTED.match(body):
+                starts.append(parse_time(stamp))
+            elif r := RESUMED.match(body):
+                resumed = int(r["step"])
+    return sorted(steps), sorted(starts), resumed
+
+
+def after_restart(lines: list[tuple[float, int]], starts: list[float], at: float) -> list[tuple[float, int]]:
+    """The step lines of the trainer process that started after the fault (the group that trains again)."""
+    began = next((t for t in starts if t > at), None)
+    return [] if began is None else [(t, s) for t, s in lines if t > began]
+
+
+def one_run(c, ns: str, mode: str, fault: str, nodes: list[str], steps: int) -> dict:
+    c.kubectl("-n", ns, "apply", "-f", "-", input=json.dumps(manifest(mode, steps)))
+    wait_until(
+        lambda: (worker0_steps(c, ns)[0] or [(0, 0, "")])[-1][1] >= 100, timeout=300, interval=0.5, what="step 100"
+    )
+    before = {p["metadata"]["uid"] for p in pods(c, ns)}
+    victim_pod = next(p for p in pods(c, ns) if p["metadata"]["labels"].get("ddpjob.dev/replica-index") == "1")
+    stopped = None
+    at = time.time()
+    reached = worker0_steps(c, ns)[0][-1][1]
+    if fault == "kill":
+        victim = find_worker_process(localnode.CLUSTER_DIR, pods(c, ns), replica="1")
+        assert victim, "no trainer process of replica 1"
+        os.kill(victim.pid, signal.SIGKILL)
+    elif fault == "delete":
+        c.kubectl("-n", ns, "delete", "pod", victim_pod["metadata"]["name"], "--wait=false")
+    else:
+        stopped = nodes.index(victim_pod["spec"]["nodeName"])
+        (localnode.stop if stopped == 0 else lambda: localnode.stop_extra(stopped))()
+    say(f"{mode} {fault}: fault at step {reached}")
+
+    def first(at_least: int):
+        found, starts, _ = worker0_steps(c, ns)
+        return next((t for t, s in after_restart(found, starts, at) if s >= at_least), None)
+
+    try:
+        advancing = wait_until(lambda: first(0), timeout=400, interval=1.0, what="steps advancing again")
+        back = wait_until(lambda: first(reached), timeout=120, interval=1.0, what="back at the step")
+        _, _, resumed = worker0_steps(c, ns)
+        created = [p for p in pods(c, ns) if p["metadata"]["uid"] not in before]
+    finally:
+        if stopped is not None:
+            localnode.start(c) if stopped == 0 else localnode.start_extra(c, stopped, nodes=3)
+        c.kubectl("-n", ns, "delete", "ddpj", JOB, "--wait=true", "--timeout=120s", check=False)
+        wait_until(lambda: not pods(c, ns), timeout=120, what="the job's pods gone")
+    stall, back_s = advancing - at, back - at
+    lost_steps = max(0, reached - resumed) if resumed is not None and resumed <= reached else 0
+    row = {
+        "mode": mode,
+        "fault": fault,
+        "fault_step": reached,
+        "stall_seconds": round(stall, 2),
+        "back_seconds": round(back_s, 2),
+        "steps_lost": lost_steps,
+        "pods_recreated": len(created),
+        "rank_seconds_lost": round(3 * back_s, 1),
+    }
+    say(f"{mode} {fault}: {row}")
+    return row
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "recovery_modes.json")
+    parser.add_argument("--steps", type=int, default=900)
+    args = parser.parse_args()
+    c = local_cluster.up()
+    install_crds(c.kubectl)
+    localnode.start(c)
+    nodes = [localnode.node_name(0)] + [localnode.start_extra(c, i, nodes=3) for i in (1, 2)]
+    ns = f"bench-recovery-{uuid.uuid4().hex[:5]}"
+    c.kubectl("create", "namespace", ns)
+    log = Path(os.environ.get("TMPDIR", "/tmp")) / f"{ns}-operator.log"
+    operator = OperatorProcess(c.kubeconfig, [ns], log).start()
+    rows = []
+    try:
+        for fault in FAULTS:
+            for mode in MODES:
+                rows.append(one_run(c, ns, mode, fault, nodes, args.steps))
+    finally:
+        operator.stop()
+        for i in (1, 2):
+            localnode.stop_extra(i)
+        c.kubectl("delete", "namespace", ns, "--wait=false", check=False)
+    for row in rows:
+        base = next(r for r in rows if r["fault"] == row["fault"] and r["mode"] == "Recreate")
+        row["rank_seconds_ratio_to_recreate"] = round(row["rank_seconds_lost"] / base["rank_seconds_lost"], 2)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(
+        json.dumps(
+            {
+                "benchmark": "recovery_modes",
+                "machine": describe_machine(),
+                "job": "digits, elastic 2..3 at 3 pods x 1 process, one pod per local node",
+                "rows": rows,
+            },
+            indent=2,
+        )
+        + "\n"
+    )
+    for row in rows:
+        print(
+            f"{row['fault']:<7} {row['mode']:<9} stall {row['stall_seconds']:6.1f} s  back "
+            f"{row['back_seconds']:6.1f} s  steps lost {row['steps_lost']:3d}  pods recreated "
+            f"{row['pods_recreated']}  rank-s lost "
+            f"{row['rank_seconds_lost']:6.1f} ({row['rank_seconds_ratio_to_recreate']}x Recreate)"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
