@@ -25,15 +25,15 @@ import time
 import uuid
 from pathlib import Path
 
-import yaml
+import yaml  # type: ignore[import-untyped]  # pyyaml ships no stubs; the lock has no types-PyYAML
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 
-from support import cluster as local_cluster  # noqa: E402
+from support import cluster as local_cluster  # type: ignore[import-not-found]  # noqa: E402
 from support import localnode  # noqa: E402
-from support.cluster import wait_until  # noqa: E402
-from support.operator import OperatorProcess, install_crds  # noqa: E402
+from support.cluster import wait_until  # type: ignore[import-not-found]  # noqa: E402
+from support.operator import OperatorProcess, install_crds  # type: ignore[import-not-found]  # noqa: E402
 
 from ddp_trainer.progress_log import PROGRESS, RESUMED, STARTED  # noqa: E402
 from ddpjob_localnode.recovery import find_worker_process, parse_time  # noqa: E402
@@ -111,7 +111,7 @@ def after_restart(lines: list[tuple[float, int]], starts: list[float], at: float
 def one_run(c, ns: str, mode: str, fault: str, nodes: list[str], steps: int) -> dict:
     c.kubectl("-n", ns, "apply", "-f", "-", input=json.dumps(manifest(mode, steps)))
     wait_until(
-        lambda: (worker0_steps(c, ns)[0] or [(0, 0, "")])[-1][1] >= 100, timeout=300, interval=0.5, what="step 100"
+        lambda: (worker0_steps(c, ns)[0] or [(0.0, 0)])[-1][1] >= 100, timeout=300, interval=0.5, what="step 100"
     )
     before = {p["metadata"]["uid"] for p in pods(c, ns)}
     victim_pod = next(p for p in pods(c, ns) if p["metadata"]["labels"].get("ddpjob.dev/replica-index") == "1")

@@ -141,7 +141,7 @@ def fresh_job(manifest: dict | None = None) -> None:
     # A rerun must train from step 0, not resume the last run's final checkpoint.
     shutil.rmtree(CHECKPOINTS / NAMESPACE / JOB, ignore_errors=True)
     if manifest is None:
-        import yaml  # type: ignore[import-untyped]  # pyyaml ships no stubs; the lock has no types-PyYAML
+        import yaml
 
         manifest = yaml.safe_load(EXAMPLE.read_text())
         manifest["spec"]["runPolicy"]["restartStrategy"] = STRATEGY
