@@ -166,7 +166,7 @@ def main() -> int:
     args = parser.parse_args()
     c = local_cluster.up()
     install_crds(c.kubectl)
-    localnode.start(c)
+    agent_started = localnode.start(c)
     nodes = [localnode.node_name(0)] + [localnode.start_extra(c, i, nodes=3) for i in (1, 2)]
     ns = f"bench-recovery-{uuid.uuid4().hex[:5]}"
     c.kubectl("create", "namespace", ns)
@@ -182,6 +182,11 @@ def main() -> int:
         for i in (1, 2):
             localnode.stop_extra(i)
         c.kubectl("delete", "namespace", ns, "--wait=false", check=False)
+        # Leave the machine as found: a cluster left up holds the ports the test suite's own cluster needs.
+        if agent_started:
+            localnode.stop()
+        if c.started_here:
+            local_cluster.down()
     for row in rows:
         base = next(r for r in rows if r["fault"] == row["fault"] and r["mode"] == "Recreate")
         row["rank_seconds_ratio_to_recreate"] = round(row["rank_seconds_lost"] / base["rank_seconds_lost"], 2)
