@@ -11,7 +11,7 @@ the rendezvous host). For each run, read from worker 0's log (kubectl logs --tim
 - rank-seconds lost: the ranks of the group before the fault x back (a GPU each on a GPU cluster; a rank that
   could train and does not, until it is back at its pre-failure step), and its ratio to Recreate's for the fault.
 
-    python bench/recovery_modes.py [--out bench/results/recovery_modes.json] [--steps 900]"""
+    PYTHONPATH=tests python bench/recovery_modes.py [--out bench/results/recovery_modes.json] [--steps 900]"""
 
 from __future__ import annotations
 
@@ -27,18 +27,18 @@ from pathlib import Path
 
 import yaml  # type: ignore[import-untyped]  # pyyaml ships no stubs; the lock has no types-PyYAML
 
+# The test suites' cluster, local node and operator helpers (tests/support), on PYTHONPATH as pytest.ini puts them.
+from support import cluster as local_cluster  # type: ignore[import-not-found]
+from support import localnode
+from support.cluster import wait_until  # type: ignore[import-not-found]
+from support.operator import OperatorProcess, install_crds  # type: ignore[import-not-found]
+
+from ddp_trainer.progress_log import PROGRESS, RESUMED, STARTED
+from ddpjob_localnode.recovery import find_worker_process, parse_time
+from machine import describe_machine
+from progress_lines import say
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests"))
-
-from support import cluster as local_cluster  # type: ignore[import-not-found]  # noqa: E402
-from support import localnode  # noqa: E402
-from support.cluster import wait_until  # type: ignore[import-not-found]  # noqa: E402
-from support.operator import OperatorProcess, install_crds  # type: ignore[import-not-found]  # noqa: E402
-
-from ddp_trainer.progress_log import PROGRESS, RESUMED, STARTED  # noqa: E402
-from ddpjob_localnode.recovery import find_worker_process, parse_time  # noqa: E402
-from machine import describe_machine  # noqa: E402
-from progress_lines import say  # noqa: E402
 
 FAULTS = ("kill", "delete", "node")
 MODES = ("Recreate", "InPlace")

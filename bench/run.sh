@@ -97,7 +97,7 @@ fi
 
 if ! skip recovery; then
   say "recovery by fault and strategy: kill -9, delete pod, stop node x Recreate, InPlace on three local nodes"
-  "$py" "$root/bench/recovery_modes.py" --out "$results/recovery_modes.json"
+  PYTHONPATH="$root/tests" "$py" "$root/bench/recovery_modes.py" --out "$results/recovery_modes.json"
 fi
 
 say "plots and summary"

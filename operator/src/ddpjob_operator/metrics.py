@@ -31,22 +31,24 @@ RECONCILE_SECONDS = Histogram(
     "Duration of one reconcile pass",
     buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
 )
+# Seconds a group takes to run (again): from a fraction of a second in place to half an hour waiting for room.
+RECOVERY_BUCKETS = (0.5, 1, 2, 5, 10, 30, 60, 120, 300, 600, 1800)
 TIME_TO_ALL_RUNNING = Histogram(
     "ddpjob_time_to_all_running_seconds",
     "From job creation to all pods of its first attempt Running",
-    buckets=(0.5, 1, 2, 5, 10, 30, 60, 120, 300, 600, 1800),
+    buckets=RECOVERY_BUCKETS,
 )
 RECOVERY_SECONDS = Histogram(
     "ddpjob_recovery_duration_seconds",
     "From a failure (or rescale) seen to all pods of the new attempt Running",
-    buckets=(0.5, 1, 2, 5, 10, 30, 60, 120, 300, 600, 1800),
+    buckets=RECOVERY_BUCKETS,
 )
 
 RECOVERY_BY_HOW = Histogram(
     "ddpjob_recovery_seconds",
     "From a failure seen to the group running again, by how it was handled (recoveries.py)",
     ["how"],
-    buckets=(0.5, 1, 2, 5, 10, 30, 60, 120, 300, 600, 1800),
+    buckets=RECOVERY_BUCKETS,
 )
 GPU_SECONDS_LOST = Counter(
     "ddpjob_gpu_seconds_lost",
@@ -61,7 +63,7 @@ RESIZE_SECONDS = Histogram(
     "ddpjob_resize_duration_seconds",
     "From a capacity change seen (an elastic group's resize decided) to all pods at the new size Running",
     ["direction"],
-    buckets=(0.5, 1, 2, 5, 10, 30, 60, 120, 300, 600, 1800),
+    buckets=RECOVERY_BUCKETS,
 )
 
 PODS_STUCK_TERMINATING = Counter(

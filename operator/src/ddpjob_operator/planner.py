@@ -58,6 +58,7 @@ from .no_progress import (
 )
 from .placement_steps import running as is_running
 from .plan import Observed, Plan
+from .pod_sort import SortedPods, sort_pods
 from .restart_policy import RESTART, RestartBudget, backoff_seconds, decide_restart
 from .spec import JobSpec, parse_spec
 from .status import JobStatus, LastFailure, status_of
@@ -82,44 +83,6 @@ class PlannerSettings:
     progress_interval_seconds: float = 10.0
     # Progress-only status writes back off to at most one per this many seconds (status_writes.py).
     progress_write_max_seconds: float = 60.0
-
-
-@dataclass(frozen=True)
-class SortedPods:
-    current: dict[int, dict[str, Any]]
-    stale: list[dict[str, Any]]
-    by_name: dict[str, dict[str, Any]]
-
-
-def pod_attempt(pod: dict[str, Any]) -> int:
-    try:
-        return int(pod["metadata"].get("labels", {}).get(api.LABEL_ATTEMPT, "-1"))
-    except ValueError:
-        return -1
-
-
-def pod_index(pod: dict[str, Any]) -> int:
-    try:
-        return int(pod["metadata"].get("labels", {}).get(api.LABEL_REPLICA_INDEX, "-1"))
-    except ValueError:
-        return -1
-
-
-def sort_pods(
-    pods: list[dict[str, Any]], attempt: int, replicas: int, replaced: set[str] | frozenset[str] = frozenset()
-) -> SortedPods:
-    """`replaced`: uids of pods of the attempt being replaced alone (replace_pod.py): earlier pods, like those of an
-    earlier attempt."""
-    current: dict[int, dict[str, Any]] = {}
-    stale: list[dict[str, Any]] = []
-    for pod in pods:
-        index = pod_index(pod)
-        fresh = pod["metadata"].get("uid") not in replaced
-        if pod_attempt(pod) == attempt and 0 <= index < replicas and index not in current and fresh:
-            current[index] = pod
-        else:
-            stale.append(pod)
-    return SortedPods(current, stale, {p["metadata"]["name"]: p for p in pods})
 
 
 def tracked(pod: dict[str, Any]) -> bool:
@@ -473,10 +436,7 @@ def _failure_policy(
             cause.kind, _start_size(spec, obs.capacity), status["replicas"], spec.elastic.min_replicas
         )
     message = decision.message
-    alone = replace_pod.pod_to_replace(spec, found, pods.current)
-    if alone is not None:
-        recoveries.record(status, obs.now, recoveries.POD_REPLACED, cause, message)
-        replace_pod.replace(obs, status, *alone, cause, kind, plan)
+    if replace_pod.replace_alone(obs.now, spec, found, pods.current, status, cause, kind, message, plan):
         status["lastFailure"] = last_failure
         return status
     recoveries.record(status, obs.now, recoveries.GROUP_RECREATED, cause, message)
@@ -521,13 +481,8 @@ def _fail(obs: Observed, status: JobStatus, plan: Plan, reason: str, message: st
 def _success_policy(obs: Observed, spec: JobSpec, status: JobStatus, pods: SortedPods, plan: Plan) -> JobStatus | None:
     replicas = status["replicas"]
     done = [p for p in pods.current.values() if (p.get("status") or {}).get("phase") == "Succeeded"]
-    # InPlace elastic: the survivors may finish the training while a lost pod's replacement still waits for room;
-    # their group was complete without it (replace_pod.py), and the replacement is cleaned up with the job.
-    replacing = replace_pod.not_missing(status)
     done_indices = {i for i, p in pods.current.items() if p in done}
-    if len(done) < replicas and not (
-        replacing and 0 in done_indices and done_indices | replacing >= set(range(replicas))
-    ):
+    if len(done) < replicas and not replace_pod.finished_without_replacement(status, done_indices):
         return None
     # In-place restarts after the last scrape are only in the pods' termination records.
     in_place.take_in(obs, spec, status, plan, [failures.in_place_restarts_of(p) for p in done])
@@ -572,14 +527,10 @@ def _create_missing(
         if wait > 0:
             plan.requeue(wait)
             return True
-    if any(pod_names.in_the_way(p, obs.nodes) or p["metadata"]["name"] in plan.force_delete_pods for p in pods.stale):
-        # The old group must be gone first: its pods may still run and hold the GPUs the new one needs, and the
-        # job never has more pods than replicas (their deletion wakes us up). Not for a pod on a lost node, which
-        # termination.py may not force-delete for minutes; one force-deleted now is gone in a moment.
-        plan.requeue(1.0)
+    names = pod_names.names_when_free(ref.name, attempt, missing, pods.stale, obs.nodes, plan.force_delete_pods)
+    if names is None:
+        plan.requeue(1.0)  # old pods that may still run go first (their deletion wakes us up)
         return True
-    held = {p["metadata"]["name"] for p in pods.stale} | {pod_names.host_of(p) for p in pods.stale}
-    names = {index: pod_names.free_name(ref.name, index, attempt, held) for index in missing}
     if any(names[index] in blocked for index in missing):
         plan.requeue(ownership.WAITING_FOR_OLD_PODS_SECONDS)  # an earlier job's pods of these names are going
         return True
@@ -669,10 +620,8 @@ def _readiness(
                 plan.observe("resize_duration", (obs.now - since).total_seconds(), direction=direction)
     elif running < replicas and phase == c.RUNNING and not status.get("replacing"):
         status.update(c.enter_phase(status, c.PENDING, "PodsNotRunning", f"{running}/{replicas} pods running", obs.now))
-    if status.get("replacing") and phase == c.RUNNING:
-        replace_pod.done(status, pods.current, running)
-        if not status.get("replacing"):
-            recoveries.close(status, obs.now, plan)
+    if status.get("replacing") and phase == c.RUNNING and replace_pod.done(status, pods.current, running):
+        recoveries.close(status, obs.now, plan)
     if status.get("phase") != c.RUNNING:
         return
     progress_step.take_progress(

@@ -13,6 +13,7 @@ hostname of the group's pod 0, whatever it is called."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from . import api
@@ -44,3 +45,19 @@ def free_name(job: str, index: int, attempt: int, held: set[str]) -> str:
 
 def host_of(pod: dict[str, Any]) -> str:
     return (pod.get("spec") or {}).get("hostname") or pod["metadata"]["name"]
+
+
+def names_when_free(
+    job: str,
+    attempt: int,
+    missing: Iterable[int],
+    stale: list[dict[str, Any]],
+    nodes: dict[str, dict[str, Any]],
+    force_deleted: list[str],
+) -> dict[int, str] | None:
+    """The names of the missing pods, or None while an old pod is `in_the_way` (or force-deleted this pass: gone
+    in a moment, its name with it)."""
+    if any(in_the_way(p, nodes) or p["metadata"]["name"] in force_deleted for p in stale):
+        return None
+    held = {p["metadata"]["name"] for p in stale} | {host_of(p) for p in stale}
+    return {index: free_name(job, index, attempt, held) for index in missing}

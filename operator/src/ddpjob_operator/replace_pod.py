@@ -18,11 +18,12 @@ entry goes once every pod of the attempt runs again."""
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
-from . import failure_class, failures
+from . import failure_class, failures, recoveries
 from .failures import Failure
-from .plan import Observed, Plan
+from .plan import Plan
 from .spec import IN_PLACE, JobSpec
 from .status import JobStatus
 
@@ -55,9 +56,27 @@ def pod_to_replace(
     return None  # a pod that is missing altogether: its uid is gone, recreate
 
 
-def replace(
-    obs: Observed, status: JobStatus, index: int, pod: dict[str, Any], cause: Failure, kind: str, plan: Plan
-) -> None:
+def replace_alone(
+    now: datetime,
+    spec: JobSpec,
+    found: list[Failure],
+    current: dict[int, dict[str, Any]],
+    status: JobStatus,
+    cause: Failure,
+    kind: str,
+    message: str,
+    plan: Plan,
+) -> bool:
+    """Replace the one lost pod alone when that works (pod_to_replace); False: recreate the group instead."""
+    target = pod_to_replace(spec, found, current)
+    if target is None:
+        return False
+    recoveries.record(status, now, recoveries.POD_REPLACED, cause, message)
+    replace(status, *target, cause, kind, plan)
+    return True
+
+
+def replace(status: JobStatus, index: int, pod: dict[str, Any], cause: Failure, kind: str, plan: Plan) -> None:
     """Record the decision to replace `pod` alone; the next pass acts on it."""
     replacing = dict(status.get("replacing") or {})
     replacing[str(index)] = pod["metadata"]["uid"]
@@ -81,10 +100,19 @@ def replace(
     plan.requeue(0)
 
 
-def done(status: JobStatus, current: dict[int, dict[str, Any]], running: int) -> None:
-    """Every pod of the attempt runs again: nothing is being replaced any more."""
+def done(status: JobStatus, current: dict[int, dict[str, Any]], running: int) -> bool:
+    """Every pod of the attempt runs again: nothing is being replaced any more (True when that happens now)."""
     if status.get("replacing") and running == status["replicas"] and len(current) == status["replicas"]:
         status.pop("replacing", None)
+        return True
+    return False
+
+
+def finished_without_replacement(status: JobStatus, done_indices: set[int]) -> bool:
+    """InPlace elastic: the survivors may finish the training while a lost pod's replacement still waits for
+    room. Their group was complete without it, and the replacement is cleaned up with the job."""
+    replacing = not_missing(status)
+    return bool(replacing) and 0 in done_indices and done_indices | replacing >= set(range(status["replicas"]))
 
 
 def not_missing(status: JobStatus) -> set[int]:
