@@ -21,7 +21,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from . import failure_class, failures, recoveries
+from . import failure_class, failures, in_place, recoveries
 from .failures import Failure
 from .plan import Plan
 from .spec import IN_PLACE, JobSpec
@@ -87,9 +87,7 @@ def replace(status: JobStatus, index: int, pod: dict[str, Any], cause: Failure, 
         status["platformRestarts"] = status.get("platformRestarts", 0) + 1
     # The survivors' agents restart their workers for this loss too (their collectives failed with the peer), and
     # worker 0 reports that restart: it is this failure's, already counted.
-    seen = status.get("inPlace") or {}
-    before = int(seen.get("restarts", 0)) if seen.get("attempt") == status["attempt"] else 0
-    status["inPlace"] = {"attempt": status["attempt"], "restarts": before + 1}
+    status["inPlace"] = {"attempt": status["attempt"], "restarts": in_place.counted(status) + 1}
     plan.event(
         "Warning",
         "ReplacingPod",
