@@ -81,7 +81,8 @@ def test_serve_starts_the_endpoint_before_the_first_report(shared):
     assert report.serve() is True
     assert report.serve() is True  # once; later calls say whether it listens
     text = scrape(("127.0.0.1", shared))
-    assert parse_progress(text) == {}  # nothing reported yet, so nothing to read
+    # nothing reported yet, so no step or loss to read; torchrun's restart count is known from the start
+    assert parse_progress(text) == {"inPlaceRestarts": 0}
     assert samples(text)["ddp_trainer_world_size"] == 2
 
 
@@ -186,7 +187,7 @@ def test_samples_per_second(name, calls, want):
 def test_a_loss_that_is_not_a_number_is_left_out_of_the_scrape():
     reporter = ProgressReporter(port=0, environ={})
     reporter.report(step=3, loss=torch.ones(2))  # e.g. per-sample losses: one value is expected
-    assert parse_progress(generate_latest(reporter.registry).decode()) == {"step": 3}
+    assert parse_progress(generate_latest(reporter.registry).decode()) == {"step": 3, "inPlaceRestarts": 0}
 
 
 def test_importing_it_leaves_torch_and_the_harness_alone():
