@@ -55,10 +55,10 @@ def shared(monkeypatch):
 def test_report_is_what_the_operators_progress_scrape_reads(shared):
     report.report(step=1, loss=2.0, samples=64)
     time.sleep(1.1)  # the samples rate needs a window of at least a second
-    report.report(step=7, loss=0.25, samples=7 * 64)
+    report.report(step=7, loss=0.25, samples=7 * 64, total_steps=100)
     text = scrape(("127.0.0.1", shared))
     progress = parse_progress(text)
-    assert progress["step"] == 7 and progress["loss"] == 0.25
+    assert progress["step"] == 7 and progress["loss"] == 0.25 and progress["totalSteps"] == 100
     assert 0 < progress["samplesPerSecond"] <= 6 * 64 / 1.1
     got = samples(text)
     assert got["ddp_trainer_run_samples"] == 7 * 64
@@ -90,12 +90,12 @@ def test_it_serves_only_names_the_harness_serves():
     harness = metrics.TrainerMetrics("j", 0)
     harness.step.set(1)
     reporter = ProgressReporter(port=0, environ={})
-    reporter.report(step=1, loss=1.0, samples=1)
+    reporter.report(step=1, loss=1.0, samples=1, total_steps=10)
     reporter.samples_per_second = 1.0
     served = set(samples(generate_latest(reporter.registry).decode()))
     assert served == {"ddp_trainer_step", "ddp_trainer_loss", "ddp_trainer_samples_per_second",
                       "ddp_trainer_samples_total", "ddp_trainer_run_samples", "ddp_trainer_world_size",
-                      "ddp_trainer_torchrun_restarts", "ddp_trainer_restart_count"}
+                      "ddp_trainer_total_steps", "ddp_trainer_torchrun_restarts", "ddp_trainer_restart_count"}
     assert served <= set(samples(generate_latest(harness.registry).decode()))
 
 

@@ -43,7 +43,7 @@ def test_every_spec_and_status_field_has_a_description():
 def test_printer_columns_and_scale():
     _, version = load()
     columns = [c["name"] for c in version["additionalPrinterColumns"]]
-    assert columns == ["Phase", "Size", "Ready", "Restarts", "Disruptions", "WorldSize", "Reason", "Age", "Step", "Attempt",
+    assert columns == ["Phase", "Size", "Ready", "Progress", "Restarts", "Disruptions", "WorldSize", "Reason", "Age", "Step", "Attempt",
                        "Queue", "Placement"]
     assert version["subresources"]["scale"] == {"specReplicasPath": ".spec.replicas",
                                                 "statusReplicasPath": ".status.replicas",

@@ -32,6 +32,10 @@ CASES = [
      {"step": 3000, "attempt": 0, "advanceTime": ago(0)}),
     ("no final step: the last scrape stays", SCRAPED, "", "", SCRAPED),
     ("a scrape already at the end stays", {**SCRAPED, "step": 3000}, FINISHED, "", {**SCRAPED, "step": 3000}),
+    ("the end is 100% done with no time left", {**SCRAPED, "totalSteps": 3000, "percent": 96, "etaSeconds": 9,
+                                                "text": "96% ETA 9s"}, FINISHED, "",
+     {**SCRAPED, "step": 3000, "advanceTime": ago(0), "totalSteps": 3000, "percent": 100, "etaSeconds": 0,
+      "text": "100%"}),
     ("only worker 0's message counts", SCRAPED, "", json.dumps({"finished": {"step": 5000}}), SCRAPED),
     ("an unreadable message is ignored", SCRAPED, '{"finished": {"step": "3000"}', "", SCRAPED),
 ]

@@ -23,6 +23,7 @@ from typing import Any, cast
 from . import conditions as c
 from . import failures
 from .plan import Plan
+from .progress_eta import with_eta
 from .spec import trainer_container
 from .status import JobStatus, Progress
 from .timefmt import format_time, parse_time
@@ -45,9 +46,9 @@ def progress_after_scrape(
         merged.pop("loss", None)
     if old.get("attempt") != attempt or old.get("step") != scraped["step"]:
         merged.update({"attempt": attempt, "advanceTime": scraped.get("updateTime") or format_time(now)})
-        return merged
+        return with_eta(old, merged)
     if any(old.get(k) != v for k, v in scraped.items() if k != "updateTime"):
-        return merged
+        return with_eta(old, merged)
     return None
 
 
@@ -151,4 +152,5 @@ def final_progress(now: datetime, status: JobStatus, worker0: dict[str, Any] | N
     progress = status.get("progress") or {}
     if step is None or step <= progress.get("step", -1):
         return
-    status["progress"] = {**progress, "step": step, "attempt": status["attempt"], "advanceTime": format_time(now)}
+    final: Progress = {**progress, "step": step, "attempt": status["attempt"], "advanceTime": format_time(now)}
+    status["progress"] = with_eta(progress, final)  # 100% and no time left where the total is known

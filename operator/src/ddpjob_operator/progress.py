@@ -29,8 +29,9 @@ SERIES = {
     "ddp_trainer_samples_per_second": "samplesPerSecond",
     "ddp_trainer_torchrun_restarts": "inPlaceRestarts",  # in_place.py
     "ddp_trainer_last_checkpoint_step": "checkpointStep",  # recoveries.py: steps lost at a failure
+    "ddp_trainer_total_steps": "totalSteps",  # progress_eta.py: percent done and ETA
 }
-INTEGERS = ("step", "inPlaceRestarts", "checkpointStep")
+INTEGERS = ("step", "inPlaceRestarts", "checkpointStep", "totalSteps")
 
 
 def metrics_url(obs: Observed) -> str | None:

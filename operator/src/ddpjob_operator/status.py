@@ -38,6 +38,10 @@ class Progress(TypedDict, total=False):
     attempt: int
     inPlaceRestarts: int
     checkpointStep: int
+    totalSteps: int  # progress_eta.py: the step the run ends at...
+    percent: int  # ...how much of it is done...
+    etaSeconds: int  # ...how long the rest takes at the recent step rate...
+    text: str  # ...and both in words, for the PROGRESS column ("45% ETA 3m20s")
 
 
 class InPlace(TypedDict, total=False):

@@ -16,6 +16,7 @@ SAMPLES_SERIES = "ddp_trainer_samples"  # a counter from 0 in each process: scra
 RUN_SAMPLES_SERIES = "ddp_trainer_run_samples"  # a gauge: the run's samples since step 0, across restarts
 SAMPLES_PER_SECOND_SERIES = "ddp_trainer_samples_per_second"
 WORLD_SIZE_SERIES = "ddp_trainer_world_size"
+TOTAL_STEPS_SERIES = "ddp_trainer_total_steps"  # the step the run ends at: the operator's percent done and ETA
 TORCHRUN_RESTARTS_SERIES = "ddp_trainer_torchrun_restarts"
 # Deprecated: the same value under a name whose suffix Prometheus reserves for histograms and summaries. Served
 # until the chart's dashboard reads TORCHRUN_RESTARTS_SERIES; then removed.
@@ -58,6 +59,7 @@ class TrainerMetrics:
         self.loss = gauge(LOSS_SERIES, "Training loss, mean over the group at the last log step")
         self.learning_rate = gauge("ddp_trainer_learning_rate", "Current learning rate")
         self.world_size = gauge(WORLD_SIZE_SERIES, "Ranks in the process group")
+        self.total_steps = gauge(TOTAL_STEPS_SERIES, "The step the run ends at (--train.steps)")
         self.torchrun_restarts = gauge(
             TORCHRUN_RESTARTS_SERIES, "torchrun in-place restarts (TORCHELASTIC_RESTART_COUNT)"
         )

@@ -41,6 +41,7 @@ from .metrics import (
     SAMPLES_SERIES,
     STEP_SERIES,
     TORCHRUN_RESTARTS_SERIES,
+    TOTAL_STEPS_SERIES,
     WORLD_SIZE_SERIES,
     label_values,
     metrics_address,
@@ -68,6 +69,7 @@ class ProgressReporter:
         self._server: Any = None
         self.address: tuple[str, int] | None = None
         self.step: int | None = None
+        self.total_steps: int | None = None
         self.loss: SupportsFloat | None = None
         self.samples: int | None = None
         self._first_samples: int | None = None  # the count at this process's first report: its counter's zero
@@ -81,10 +83,18 @@ class ProgressReporter:
         self.registry = CollectorRegistry()
         self.registry.register(self)
 
-    def report(self, step: int, loss: SupportsFloat | None = None, samples: int | None = None) -> None:
+    def report(
+        self,
+        step: int,
+        loss: SupportsFloat | None = None,
+        samples: int | None = None,
+        total_steps: int | None = None,
+    ) -> None:
         if self._serving is None:
             self.serve()
         self.step = step
+        if total_steps is not None:
+            self.total_steps = total_steps
         if loss is not None:
             # A tensor would keep its autograd graph alive until the next call; detaching does not sync.
             self.loss = loss if loss.__class__ is float else _detached(loss)
@@ -152,6 +162,7 @@ class ProgressReporter:
             (LOSS_SERIES, "Training loss this rank reported last", _float_or_none(self.loss)),
             (SAMPLES_PER_SECOND_SERIES, "Group throughput over the last second or more", self.samples_per_second),
             (WORLD_SIZE_SERIES, "Ranks in the process group (WORLD_SIZE)", self.world_size),
+            (TOTAL_STEPS_SERIES, "The step the run ends at, as the loop reported it", self.total_steps),
             (TORCHRUN_RESTARTS_SERIES, "torchrun in-place restarts (TORCHELASTIC_RESTART_COUNT)", self.restart_count),
             (RESTART_COUNT_SERIES, f"Deprecated: {TORCHRUN_RESTARTS_SERIES}", self.restart_count),
             (RUN_SAMPLES_SERIES, "Training samples the run consumed since step 0, as the loop reported", self.samples),
@@ -182,10 +193,13 @@ def shared_reporter(port: int | None = None) -> ProgressReporter:
         return _shared
 
 
-def report(step: int, loss: SupportsFloat | None = None, samples: int | None = None) -> None:
+def report(
+    step: int, loss: SupportsFloat | None = None, samples: int | None = None, total_steps: int | None = None
+) -> None:
     """Record this rank's progress. step: steps completed (global, continuing across restarts); loss: a float or
-    a tensor; samples: samples the whole group has consumed so far (step x global batch for a fixed batch)."""
-    (_shared or shared_reporter()).report(step, loss, samples)
+    a tensor; samples: samples the whole group has consumed so far (step x global batch for a fixed batch);
+    total_steps: the step the run ends at, once known (the operator shows percent done and an ETA from it)."""
+    (_shared or shared_reporter()).report(step, loss, samples, total_steps)
 
 
 def serve(port: int | None = None) -> bool:

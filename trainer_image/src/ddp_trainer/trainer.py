@@ -65,6 +65,7 @@ class Trainer:
         )
         self.metrics = TrainerMetrics(who.job, env.rank, who.attempt)
         self.metrics.world_size.set(env.world_size)
+        self.metrics.total_steps.set(cfg.train.steps)
         self.metrics.set_restarts(env.restart_count)
         self.preemption = PreemptionFlag().install()
         self.vote = StepVote(self.preemption)
