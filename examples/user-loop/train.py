@@ -110,7 +110,7 @@ def main() -> None:
             optimizer.step()
             step += 1
             # The tensor itself: report() reads it when the endpoint is scraped, so no .item() sync here.
-            report(step=step, loss=loss, samples=step * args.global_batch)
+            report(step=step, loss=loss, samples=step * args.global_batch, total_steps=args.steps)
             if rank == 0 and (step % args.log_every == 0 or step == args.steps):
                 print(f"rank 0: step={step}/{args.steps} epoch={epoch} loss={loss.item():.4f}", flush=True)
             if folder and rank == 0 and (step % args.checkpoint_every == 0 or step == args.steps):

@@ -19,6 +19,7 @@ from conftest import job_status, pods
 from ddpjob_localnode.recovery import find_worker_process
 from support import localnode
 from support.cluster import wait_until
+from support.identity import make_identity
 from test_local_jobs import JOB_TIMEOUT
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -66,7 +67,7 @@ class Tmux:
 def test_run_watch_logs_and_history_follow_a_job_through_a_restart(cluster, operator, namespace, tmp_path):
     name = "cli"
     env = {"PATH": f"{PLUGIN.parent}:{ROOT / '.cache' / 'bin'}:/usr/bin:/bin", "KUBECONFIG": str(cluster.kubeconfig),
-           "TERM": "xterm-256color"}
+           "TERM": "xterm-256color", "COLUMNS": "160"}
     args = digits_args(name, namespace, 400)
     run = " ".join(["kubectl", "ddpj", args[0], "-n", namespace, *args[1:]])
     term = Tmux(f"ddpj-{namespace}", run, env)
@@ -162,3 +163,11 @@ def test_bad_input_gets_a_clear_message_and_exit_code_2(cluster, crds, namespace
     bad_flags = ddpj(cluster, namespace, "run", "x", "--image", "i", "-m", "m", "--replicas", "5",
                      "--max-replicas", "4")
     assert bad_flags.returncode == 2 and "--replicas 5 must be within" in bad_flags.stderr, bad_flags
+
+
+def test_a_user_without_access_to_the_namespace_is_told_so(cluster, crds, namespace, tmp_path):
+    kubeconfig = make_identity(cluster, "ddpj-nobody", tmp_path)
+    cluster.kubectl("delete", "clusterrolebinding", "ddpj-nobody")  # a user the API server knows, with no rights
+    denied = ddpj(cluster, namespace, "history", "any", "--kubeconfig", str(kubeconfig))
+    assert denied.returncode == 2, denied
+    assert f'no access to ddpjob "any" in namespace "{namespace}"' in denied.stderr and "forbidden" in denied.stderr
