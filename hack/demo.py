@@ -21,8 +21,13 @@ import sys
 import time
 from pathlib import Path
 
+from rich.console import Console
+from rich.live import Live
+from rich.text import Text
+
 from ddpjob_localnode.layout import default_node_name
 from ddpjob_localnode.recovery import RecoveryClock, find_worker_process, parse_trainer_log
+from ddpjob_operator.cli import view
 
 ROOT = Path(__file__).resolve().parents[1]
 QUEUE_LABEL_POLICY = ROOT / "charts" / "ddpjob-operator" / "files" / "queue-label-policy"  # queue_label.py
@@ -34,6 +39,7 @@ EXAMPLE = ROOT / "examples" / "digits.yaml"
 # DEMO_RESTART_STRATEGY=Recreate shows the whole group recreated instead.
 STRATEGY = os.environ.get("DEMO_RESTART_STRATEGY", "InPlace")
 JOB = "digits"
+CONSOLE = Console()
 OPERATOR_PID = CLUSTER_DIR / "pids" / "operator.pid"
 OPERATOR_LOG = CLUSTER_DIR / "logs" / "operator.log"
 CHECKPOINTS = CLUSTER_DIR / "local-node" / "hostpath" / "var" / "lib" / "ddpjob" / "checkpoints"
@@ -47,7 +53,8 @@ def kubectl(*args: str, check: bool = True, input: str | None = None) -> str:
 
 
 def say(text: str) -> None:
-    print(f"\033[1m>> {text}\033[0m", flush=True)
+    """A message of the demo's own; above the live panel while one is shown (rich prints it there)."""
+    CONSOLE.print(Text(f">> {text}", style="bold"), soft_wrap=True)
 
 
 def _alive(pid_file: Path) -> int | None:
@@ -148,9 +155,9 @@ def fresh_job(manifest: dict | None = None) -> None:
     kubectl("-n", NAMESPACE, "apply", "-f", "-", input=json.dumps(manifest))
 
 
-def job_status() -> dict:
+def job() -> dict:
     out = kubectl("-n", NAMESPACE, "get", "ddpj", JOB, "-o", "json", check=False)
-    return json.loads(out).get("status", {}) if out else {}
+    return json.loads(out) if out else {"metadata": {"name": JOB}}
 
 
 def pods() -> list[dict]:
@@ -173,18 +180,43 @@ def log_progress() -> dict:
     return {}
 
 
-def live_line(status: dict, progress: dict, elapsed: float, total_steps: int) -> str:
-    step = progress.get("step", 0)
-    width = 24
-    filled = int(width * min(step, total_steps) / max(total_steps, 1))
-    loss = progress.get("loss")
-    rate = progress.get("samplesPerSecond")
-    return (
-        f"[{elapsed:6.1f}s] {status.get('phase', 'Pending'):<10} [{'#' * filled}{'.' * (width - filled)}] "
-        f"step {step:>4}/{total_steps}  loss {'-' if loss is None else f'{loss:.4f}'}  "
-        f"samples/s {'-' if rate is None else f'{rate:.0f}'}  size {status.get('sizeText', '-')}  "
-        f"restarts {status.get('restarts', 0)} attempt {status.get('attempt', 0)}"
-    )
+def shown(job: dict, progress: dict, total_steps: int) -> dict:
+    """The figures `kubectl ddpj watch` shows (ddpjob_operator.cli.view), with worker 0's fresher log line for the
+    step, loss and rate while it runs."""
+    f = view.facts(job)
+    if progress:
+        f.update(step=progress["step"], loss=f"{progress['loss']:.4f}", rate=progress.get("samplesPerSecond"))
+    f["total"] = f["total"] or total_steps
+    f["percent"] = min(100, (f["step"] or 0) * 100 // f["total"])
+    return f
+
+
+class Screen:
+    """`kubectl ddpj watch`'s live panel in a terminal, with the demo's own messages printed above it; a plain
+    line per change when stdout is not a terminal (a CI log)."""
+
+    def __init__(self) -> None:
+        self.console = CONSOLE
+        self.live = Live(console=self.console, refresh_per_second=4) if self.console.is_terminal else None
+        self.last = ""
+
+    def __enter__(self) -> Screen:
+        if self.live:
+            self.live.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.live:
+            self.live.stop()
+
+    def show(self, f: dict, elapsed: float) -> None:
+        if self.live:
+            self.live.update(view.panel(f))
+            return
+        line = view.plain_line(f)
+        if line != self.last:
+            print(f"[{elapsed:6.1f}s] {line}", flush=True)
+            self.last = line
 
 
 def main() -> int:
@@ -205,21 +237,19 @@ def main() -> int:
         fresh_job()
     t0 = time.time()
     clock = RecoveryClock()
-    last = ""
     status: dict = {}
     progress: dict = {}
+    screen = Screen().__enter__()
     while time.time() - t0 < timeout:
-        status = job_status()
+        current = job()
+        status = current.get("status") or {}
         clock.observe(status, pods(), time.time())
         # Worker 0's log while it runs (it restarts from its checkpoint: the step may go back a little), else
         # the last progress seen, so the bar does not jump back to the operator's older scrape at the end.
         progress = (
             (log_progress() if status.get("phase") == "Running" else {}) or progress or (status.get("progress") or {})
         )
-        line = live_line(status, progress, time.time() - t0, total_steps)
-        if line.split("] ", 1)[1] != last.split("] ", 1)[-1]:
-            print(line, flush=True)
-            last = line
+        screen.show(shown(current, progress, total_steps), time.time() - t0)
         if status.get("phase") in ("Succeeded", "Failed"):
             break
         step = progress.get("step", 0)
@@ -244,6 +274,7 @@ def main() -> int:
                 say(f"killed trainer process pid {victim.pid} ({victim.describe}) of {JOB}-worker-1 at step {step}")
         time.sleep(0.5)
     wall = time.time() - t0
+    screen.__exit__()
     return summary(status, clock, wall)
 
 

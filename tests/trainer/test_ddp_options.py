@@ -22,3 +22,72 @@ def test_autocast_is_bf16_on_cuda_by_default_and_off_on_cpu():
     assert not isinstance(autocast_context(torch.device("cpu"), "auto"), torch.autocast)
     forced = autocast_context(torch.device("cpu"), "bf16")
     assert isinstance(forced, torch.autocast) and forced.fast_dtype == torch.bfloat16
+
+
+# device_options.py: each GPU option defaulted for its device, decided as a pure function of device and flags.
+CPU, GPU = torch.device("cpu"), torch.device("cuda", 0)
+
+
+@pytest.mark.parametrize("mode, device, bf16, want", [
+    ("auto", GPU, True, "bf16"),    # Ampere and later
+    ("auto", GPU, False, "fp16"),   # V100, T4: fp16 with a GradScaler
+    ("auto", CPU, False, "off"),
+    ("fp16", CPU, False, "fp16"),   # asked for: kept
+    ("off", GPU, True, "off"),
+])
+def test_precision_by_device(mode, device, bf16, want):
+    from ddp_trainer.device_options import precision
+    assert precision(mode, device, bf16) == want
+
+
+@pytest.mark.filterwarnings("ignore:CUDA is not available")
+def test_fp16_autocast_and_the_fused_and_worker_defaults():
+    from ddp_trainer.device_options import loader_workers, use_fused
+    assert autocast_context(CPU, "fp16").fast_dtype == torch.float16
+    assert (use_fused("auto", GPU), use_fused("auto", CPU), use_fused("on", CPU), use_fused("off", GPU)) == (
+        True, False, True, False)
+    assert loader_workers(-1, GPU, cpus=32, local_world_size=8) == 3  # 4 CPUs per rank, one for the rank itself
+    assert loader_workers(-1, GPU, cpus=96, local_world_size=8) == 4
+    assert loader_workers(-1, CPU, cpus=96, local_world_size=1) == 0
+    assert loader_workers(2, CPU, cpus=1, local_world_size=1) == 2  # asked for: kept
+
+
+@pytest.mark.parametrize("name, override, want", [
+    ("NVIDIA H100 80GB HBM3", 0, 989.0),
+    ("NVIDIA H100 PCIe", 0, 756.0),
+    ("NVIDIA H100 NVL", 0, 835.0),
+    ("NVIDIA H200", 0, 989.0),
+    ("NVIDIA A100-SXM4-80GB", 0, 312.0),
+    ("NVIDIA A10G", 0, 70.0),
+    ("NVIDIA L40S", 0, 362.0),
+    ("NVIDIA L4", 0, 121.0),
+    ("NVIDIA B200", 0, 2250.0),
+    ("NVIDIA H100 PCIe", 700.0, 700.0),  # --metrics.peak-tflops wins
+    ("", 0, None),  # a CPU: no MFU
+    ("Some Future GPU", 0, None),
+])
+def test_the_mfu_peak_is_looked_up_by_device_name(name, override, want):
+    from ddp_trainer.device_options import peak_tflops
+    assert peak_tflops(name, override) == want
+
+
+def test_tf32_is_a_cuda_switch_only():
+    from ddp_trainer.device_options import apply_tf32
+    before = torch.backends.cuda.matmul.allow_tf32
+    assert apply_tf32(True, CPU) is False and torch.backends.cuda.matmul.allow_tf32 == before
+    try:
+        assert apply_tf32(True, GPU) is True and torch.backends.cuda.matmul.allow_tf32
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = before
+
+
+def test_activation_checkpointing_gives_the_same_gradients():
+    from ddp_trainer.workloads.gpt import GPT, sequence_losses
+    grads = []
+    for on in (False, True):
+        torch.manual_seed(0)
+        model = GPT(2, 32, 2, 16, 64, activation_checkpointing=on)
+        tokens = torch.randint(0, 64, (4, 17), generator=torch.Generator().manual_seed(1))
+        sequence_losses(model(tokens[:, :-1]), tokens[:, 1:]).mean().backward()
+        grads.append([p.grad.clone() for p in model.parameters()])
+    assert all(torch.allclose(a, b, atol=1e-6) for a, b in zip(*grads, strict=True))

@@ -15,3 +15,15 @@ def test_two_processes_learn_digits(tmp_path):
     assert [int(m["step"]) for m in lines] == [20, 40, 60, 80, 100, 120]  # one stream: local rank 0 only
     assert float(lines[-1]["loss"]) < float(lines[0]["loss"])
     assert "started pid=" in result.stdout and "world_size=2 backend=gloo device=cpu" in result.stdout
+
+
+def test_the_gpu_options_that_run_on_cpu_still_learn(tmp_path):
+    """fp16 autocast with its GradScaler, fused AdamW, PowerSGD gradients (exact for the first 10 steps, low-rank
+    after) and gradient clipping through the scaler, together on 2 gloo ranks: the loss still falls."""
+    result = run(standalone_cmd(2, "--workload", "digits", "--train.steps", "60", "--train.lr", "0.002",
+                                "--metrics.port", "0", "--log.every-steps", "20", "--ddp.autocast", "fp16",
+                                "--train.fused", "on", "--ddp.comm-hook", "powersgd", "--ddp.powersgd-rank", "2",
+                                "--train.grad-clip", "1.0"))
+    assert result.returncode == 0, result.stdout + result.stderr
+    losses = [float(m["loss"]) for m in PROGRESS.finditer(result.stdout)]
+    assert len(losses) == 3 and losses[-1] < losses[0], result.stdout

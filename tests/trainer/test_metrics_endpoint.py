@@ -93,12 +93,15 @@ def test_a_resumed_run_counts_its_samples_from_zero(tmp_path):
     assert values[("ddp_trainer_checkpoint_load_seconds", labels)] > 0
 
 
-def test_a_token_workload_serves_tokens_per_second(tmp_path):
+def test_a_token_workload_serves_tokens_per_second_and_mfu(tmp_path):
     port, log = free_port(), tmp_path / "gpt.log"
+    # A CPU has no entry in the peak table: a peak given by flag turns MFU on (1 TFLOP/s, so it is not ~0).
     proc = start(standalone_cmd(1, "--workload", "gpt", "--train.steps", "100000", "--train.batch-size-per-rank", "8",
-                                "--metrics.port", str(port), "--log.every-steps", "10"),
+                                "--metrics.port", str(port), "--log.every-steps", "10", "--metrics.peak-tflops", "1",
+                                "--model.activation-checkpointing", "true"),
                  env=trainer_env(POD_IP="127.0.0.1", DDPJOB_NAME="metrics-test", DDPJOB_ATTEMPT="3"), log=log)
     values = scrape_at(port, proc, log, 20)
     tokens, samples = values[("ddp_trainer_tokens_per_second", LABELS)], values[("ddp_trainer_samples_per_second",
                                                                                   LABELS)]
     assert samples > 0 and tokens == samples * 64  # the tiny preset's 64-token sequences
+    assert 0 < values[("ddp_trainer_mfu", LABELS)] < 1

@@ -34,12 +34,13 @@ class TrainConfig:
     optimizer: str = "adamw"  # adamw | sgd
     momentum: float = 0.9  # sgd only
     grad_clip: float = 0.0  # 0 disables
+    fused: str = "auto"  # AdamW's fused kernel: auto (on CUDA) | on | off (device_options.py)
     seed: int = 0
 
 
 @dataclass
 class DataConfig:
-    workers: int = 0  # DataLoader worker processes per rank
+    workers: int = -1  # DataLoader worker processes per rank; -1: by device (CUDA up to 4, CPU 0)
     pin_memory: bool = True  # only takes effect on CUDA
     shuffle: bool = True
 
@@ -51,9 +52,11 @@ class DDPConfig:
     static_graph: bool = False
     bucket_cap_mb: float = 25.0
     gradient_as_bucket_view: bool = True
-    comm_hook: str = "none"  # none | bf16 (compress gradients to bf16 for the all-reduce)
+    comm_hook: str = "none"  # none | bf16 (gradients sent as bf16) | powersgd (low-rank, --ddp.powersgd-rank)
+    powersgd_rank: int = 1  # PowerSGD's matrix approximation rank: higher is closer to exact, and sends more
     compile: bool = False  # torch.compile the model
-    autocast: str = "auto"  # auto (bf16 on CUDA, off on CPU) | bf16 | off
+    autocast: str = "auto"  # auto (CUDA: bf16 where supported, else fp16 + GradScaler; CPU: off) | bf16 | fp16 | off
+    tf32: bool = True  # TF32 for fp32 matmuls and convolutions on CUDA
 
 
 @dataclass
@@ -66,6 +69,7 @@ class ModelConfig:
     vocab_size: int = 0
     image_size: int = 0
     train_samples: int = 0  # synthetic workloads: size of the training set
+    activation_checkpointing: bool = False  # gpt: recompute each block in the backward instead of keeping it
 
 
 @dataclass
@@ -80,6 +84,7 @@ class CheckpointConfig:
 @dataclass
 class MetricsConfig:
     port: int = 9400  # base port, + LOCAL_RANK; 0 disables the endpoint
+    peak_tflops: float = 0.0  # one GPU's dense peak for ddp_trainer_mfu; 0: looked up by device name
 
 
 @dataclass
@@ -197,10 +202,18 @@ def validate(cfg: Config) -> None:
         problems.append(f"--train.decay must be cosine or constant, got {cfg.train.decay!r}")
     if cfg.train.optimizer not in ("adamw", "sgd"):
         problems.append(f"--train.optimizer must be adamw or sgd, got {cfg.train.optimizer!r}")
-    if cfg.ddp.comm_hook not in ("none", "bf16"):
-        problems.append(f"--ddp.comm-hook must be none or bf16, got {cfg.ddp.comm_hook!r}")
-    if cfg.ddp.autocast not in ("auto", "bf16", "off"):
-        problems.append(f"--ddp.autocast must be auto, bf16 or off, got {cfg.ddp.autocast!r}")
+    if cfg.ddp.comm_hook not in ("none", "bf16", "powersgd"):
+        problems.append(f"--ddp.comm-hook must be none, bf16 or powersgd, got {cfg.ddp.comm_hook!r}")
+    if cfg.ddp.powersgd_rank < 1:
+        problems.append(f"--ddp.powersgd-rank must be >= 1, got {cfg.ddp.powersgd_rank}")
+    if cfg.ddp.autocast not in ("auto", "bf16", "fp16", "off"):
+        problems.append(f"--ddp.autocast must be auto, bf16, fp16 or off, got {cfg.ddp.autocast!r}")
+    if cfg.train.fused not in ("auto", "on", "off"):
+        problems.append(f"--train.fused must be auto, on or off, got {cfg.train.fused!r}")
+    if cfg.data.workers < -1:
+        problems.append(f"--data.workers must be >= 0, or -1 for the device's default, got {cfg.data.workers}")
+    if cfg.metrics.peak_tflops < 0:
+        problems.append(f"--metrics.peak-tflops must be >= 0, got {cfg.metrics.peak_tflops}")
     if cfg.checkpoint.keep < 1:
         problems.append(f"--checkpoint.keep must be >= 1, got {cfg.checkpoint.keep}")
     if not 0 <= cfg.metrics.port <= 65535:

@@ -56,6 +56,10 @@ class TrainerMetrics:
             "ddp_trainer_tokens_per_second", "Group throughput in tokens over the last log window (token workloads)"
         )
         self.samples_per_second = gauge(SAMPLES_PER_SECOND_SERIES, "Group throughput over the last log window")
+        self.mfu = gauge(
+            "ddp_trainer_mfu",
+            "Model FLOPs utilisation over the last log window: achieved / peak (--metrics.peak-tflops or the device's)",
+        )
         self.loss = gauge(LOSS_SERIES, "Training loss, mean over the group at the last log step")
         self.learning_rate = gauge("ddp_trainer_learning_rate", "Current learning rate")
         self.world_size = gauge(WORLD_SIZE_SERIES, "Ranks in the process group")

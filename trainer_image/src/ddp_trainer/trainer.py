@@ -19,6 +19,7 @@ from .batching import BatchPlan, SamplePosition, global_batch_size, loss_scale, 
 from .checkpoint import CheckpointStore
 from .config import Config
 from .ddp_model import autocast_context, wrap_model
+from .device_options import apply_tf32, bf16_supported, cpu_count, loader_workers, peak_tflops, precision, use_fused
 from .distributed_env import DistEnv
 from .final_step import write_final_step
 from .lr_schedule import LearningRateSchedule, peak_lr_for_batch, reference_batch, scaling_rule
@@ -41,8 +42,14 @@ class Trainer:
         self.workload = workload or build_workload(cfg)
         seed_everything(rank_seed(cfg.train.seed, env.rank, 0))  # then distinct streams (dropout, augmentation)
         self.dataset_len = len(cast(Sized, self.workload.train_set))
+        apply_tf32(cfg.ddp.tf32, device)
+        self.precision = precision(cfg.ddp.autocast, device, bf16_supported(device))
+        # fp16 needs its loss scaled so small gradients do not flush to zero; a disabled scaler is a pass-through.
+        self.scaler = torch.amp.GradScaler(device.type, enabled=self.precision == "fp16")
+        device_name = torch.cuda.get_device_name(device) if device.type == "cuda" else ""
+        self.peak_tflops = peak_tflops(device_name, cfg.metrics.peak_tflops)
         self.ddp, self.model = wrap_model(self.workload.model, device, cfg.ddp, self._warn)
-        self.optimizer = make_optimizer(self.ddp, cfg.train)
+        self.optimizer = make_optimizer(self.ddp, cfg.train, use_fused(cfg.train.fused, device))
         self.global_batch = global_batch_size(
             env.world_size, cfg.train.batch_size_per_rank, cfg.train.global_batch_size
         )
@@ -171,8 +178,10 @@ class Trainer:
             loss_sum += self._forward_backward(inputs, targets)
             t2 = time.perf_counter()
             if cfg.train.grad_clip > 0:
+                self.scaler.unscale_(self.optimizer)  # clip the true gradients, not the scaled ones (fp16)
                 torch.nn.utils.clip_grad_norm_(self.ddp.parameters(), cfg.train.grad_clip)
-            self.optimizer.step()
+            self.scaler.step(self.optimizer)  # fp16: skipped when a gradient overflowed; else optimizer.step()
+            self.scaler.update()
             self.optimizer.zero_grad(set_to_none=True)
             t3 = time.perf_counter()
             self.step += 1
@@ -223,13 +232,15 @@ class Trainer:
         # A generator of its own: the DataLoader draws its workers' base seed when an iterator starts, and a draw
         # from the global stream would set a resumed run's stream one draw apart from an uninterrupted one.
         seeds = torch.Generator().manual_seed(rank_seed(self.cfg.train.seed, self.env.rank, self.step))
+        workers = loader_workers(self.cfg.data.workers, self.device, cpu_count(), self.env.local_world_size)
         return DataLoader(
             data,
             batch_sampler=sampler,
-            num_workers=self.cfg.data.workers,
+            num_workers=workers,
             pin_memory=self.cfg.data.pin_memory and self.device.type == "cuda",
             collate_fn=_already_batched if getattr(data, "returns_batches", False) else None,
-            persistent_workers=self.cfg.data.workers > 0,
+            prefetch_factor=4 if workers > 0 and self.device.type == "cuda" else None,
+            persistent_workers=workers > 0,
             worker_init_fn=_ignore_sigterm,
             generator=seeds,
         )
@@ -245,10 +256,10 @@ class Trainer:
             # Until the static graph is recorded every micro-batch syncs: more traffic on one step, same result,
             # since DDP's averaging is linear in the gradients.
             with contextlib.nullcontext() if i == k - 1 or not self.graph_recorded else self.ddp.no_sync():
-                with autocast_context(self.device, self.cfg.ddp.autocast):
+                with autocast_context(self.device, self.precision):
                     output = self.model(x)
                 losses = self.workload.sample_losses(output, y)
-                (losses.sum() * scale).backward()
+                self.scaler.scale(losses.sum() * scale).backward()
             total += losses.detach().sum()
         self.graph_recorded = True
         return total
@@ -270,6 +281,8 @@ class Trainer:
         m.samples_per_second.set(throughput)
         if self.workload.tokens_per_sample > 0:
             m.tokens_per_second.set(throughput * self.workload.tokens_per_sample)
+        if self.peak_tflops and self.workload.flops_per_sample > 0:
+            m.mfu.set(throughput * self.workload.flops_per_sample / self.env.world_size / (self.peak_tflops * 1e12))
         m.loss.set(loss)
         m.learning_rate.set(lr)
         if self.device.type == "cuda":
@@ -344,12 +357,15 @@ def gather_to_rank_0(mine: dict, env: DistEnv) -> list[dict] | None:
     return everyone
 
 
-def make_optimizer(model: torch.nn.Module, train_cfg) -> torch.optim.Optimizer:
+def make_optimizer(model: torch.nn.Module, train_cfg, fused: bool = False) -> torch.optim.Optimizer:
     if train_cfg.optimizer == "sgd":
         return torch.optim.SGD(
             model.parameters(), lr=train_cfg.lr, momentum=train_cfg.momentum, weight_decay=train_cfg.weight_decay
         )
-    return torch.optim.AdamW(model.parameters(), lr=train_cfg.lr, weight_decay=train_cfg.weight_decay)
+    # fused: one kernel for every parameter's update (device_options.use_fused); None keeps torch's foreach.
+    return torch.optim.AdamW(
+        model.parameters(), lr=train_cfg.lr, weight_decay=train_cfg.weight_decay, fused=fused or None
+    )
 
 
 def _already_batched(batch):

@@ -1,0 +1,101 @@
+"""The options a tuned GPU trainer sets, each defaulted for its device (docs/trainer.md, "Options per device").
+The choices are pure functions of the device and the flags, so each is tested on CPU; `apply_tf32` is the one
+global switch.
+
+| option | CUDA default | CPU default |
+| --- | --- | --- |
+| precision (`--ddp.autocast`) | bf16 where the GPU supports it, else fp16 with a GradScaler | off (fp32) |
+| fused AdamW (`--train.fused`) | on | off (foreach) |
+| TF32 for fp32 matmuls and convolutions (`--ddp.tf32`) | on | n/a |
+| DataLoader workers (`--data.workers -1`) | min(4, CPUs per local rank) | 0 (in-process) |
+| pin_memory, prefetch | on, 4 batches per worker | off |
+| MFU peak (`--metrics.peak-tflops 0`) | looked up by device name | none: no MFU |"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+
+# Dense (no sparsity) bf16/fp16 tensor-core peaks per GPU, TFLOP/s, from each vendor datasheet. First match wins,
+# so a longer name comes before its prefix (H100 PCIe before H100, L40S before L4, A100 before A10).
+PEAK_TFLOPS: tuple[tuple[str, float], ...] = (
+    ("GB200", 2500.0),
+    ("B200", 2250.0),
+    ("H200", 989.0),
+    ("H100 PCIe", 756.0),
+    ("H100 NVL", 835.0),
+    ("H100", 989.0),  # SXM
+    ("H800", 989.0),
+    ("GH200", 989.0),
+    ("A100", 312.0),
+    ("A800", 312.0),
+    ("L40S", 362.0),
+    ("L40", 181.0),
+    ("L4", 121.0),
+    ("A10G", 70.0),
+    ("A10", 125.0),
+    ("V100", 125.0),
+    ("T4", 65.0),
+)
+PRECISIONS = ("auto", "bf16", "fp16", "off")
+FUSED = ("auto", "on", "off")
+CUDA_WORKERS = 4
+
+
+def peak_tflops(device_name: str, override: float = 0.0) -> float | None:
+    """The MFU denominator: `override` (--metrics.peak-tflops) when set, else the table's entry for the device
+    name torch reports; None (no MFU) for a device not in it, a CPU included."""
+    if override > 0:
+        return override
+    for name, peak in PEAK_TFLOPS:
+        if name.lower() in device_name.lower():
+            return peak
+    return None
+
+
+def precision(mode: str, device: torch.device, bf16_supported: bool) -> str:
+    """bf16, fp16 or off. auto: bf16 on a GPU that has it (Ampere and later), fp16 on one that does not (V100,
+    T4: bf16 there is emulated and slow), off on CPU, where low-precision matmuls are slow on most hosts."""
+    if mode != "auto":
+        return mode
+    if device.type != "cuda":
+        return "off"
+    return "bf16" if bf16_supported else "fp16"
+
+
+def use_fused(mode: str, device: torch.device) -> bool:
+    """AdamW's fused kernel: one launch for all parameters on CUDA; on CPU the default (foreach) is kept."""
+    return mode == "on" or (mode == "auto" and device.type == "cuda")
+
+
+def loader_workers(requested: int, device: torch.device, cpus: int | None, local_world_size: int) -> int:
+    """-1 (auto): on CUDA up to 4 worker processes per rank, within this pod's CPUs shared by its ranks, so
+    loading overlaps the GPU's step; on CPU none (workers would take the cores the ranks compute on)."""
+    if requested >= 0:
+        return requested
+    if device.type != "cuda":
+        return 0
+    return max(0, min(CUDA_WORKERS, (cpus or 1) // max(1, local_world_size) - 1))
+
+
+def apply_tf32(on: bool, device: torch.device) -> bool:
+    """TF32 for fp32 matmuls and cuDNN convolutions on CUDA (Ampere and later; 10-bit mantissa, the field's
+    default for training). Returns whether it is on."""
+    if device.type != "cuda":
+        return False
+    torch.backends.cuda.matmul.allow_tf32 = on
+    torch.backends.cudnn.allow_tf32 = on
+    return on
+
+
+def bf16_supported(device: torch.device) -> bool:
+    return device.type == "cuda" and torch.cuda.is_bf16_supported()
+
+
+def cpu_count() -> int:
+    """CPUs this process may run on (the pod's cpuset), not the host's."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
