@@ -15,7 +15,7 @@ def test_bench_runs_on_cpu_and_writes_json(tmp_path):
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
     report = json.loads(out.read_text())
     assert report["machine"]["device"] == "cpu" and report["machine"]["backend"] == "gloo"
-    assert report["peak_tflops"] == 989.0
+    assert report["peak_tflops"] == "by device name"  # no --peak-tflops: looked up on a GPU
     by_name = {r["workload"]: r for r in report["results"]}
     assert set(by_name) == {"digits", "cnn", "gpt"}
     for r in by_name.values():

@@ -22,6 +22,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 from .config import parse_config
 from .ddp_model import autocast_context
+from .device_options import peak_tflops
 from .distributed_env import DistEnv, choose_backend, choose_device, init_process_group
 from .progress_log import Identity
 from .trainer import Trainer, make_optimizer
@@ -40,7 +41,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--warmup-steps", type=int, default=10)
     p.add_argument("--repeats", type=int, default=3, help="harness and baseline alternate; medians reported")
     p.add_argument(
-        "--peak-tflops", type=float, default=989.0, help="dense bf16 peak of one GPU for MFU: H100 SXM and H200 are 989"
+        "--peak-tflops", type=float, default=0.0, help="one GPU's dense bf16 peak for MFU; 0: looked up by its name"
     )
     p.add_argument("--compile", action="store_true", help="torch.compile both the harness and the baseline")
     return p.parse_args(argv)
@@ -165,8 +166,10 @@ def bench_workload(name: str, args, env: DistEnv, device: torch.device) -> dict:
     if name == "gpt":
         tokens = cast(IndexableTensors, trainer.workload.train_set)  # what the gpt workload builds
         result["tokens_per_second"] = h * tokens.inputs.shape[1]
-    if device.type == "cuda" and trainer.workload.flops_per_sample:
-        result["mfu"] = h * trainer.workload.flops_per_sample / env.world_size / (args.peak_tflops * 1e12)
+    peak = peak_tflops(torch.cuda.get_device_name(device), args.peak_tflops) if device.type == "cuda" else None
+    if peak and trainer.workload.flops_per_sample:
+        result["mfu"] = h * trainer.workload.flops_per_sample / env.world_size / (peak * 1e12)
+        result["peak_tflops"] = peak
         result["peak_memory_bytes"] = torch.cuda.max_memory_allocated(device)
     return result
 
@@ -192,7 +195,7 @@ def main(argv=None) -> int:
     if env.rank == 0:
         report = {
             "machine": machine(device),
-            "peak_tflops": args.peak_tflops,
+            "peak_tflops": args.peak_tflops or "by device name",
             "compile": args.compile,
             "autocast": "bf16" if device.type == "cuda" else "off",
             "results": results,
