@@ -15,7 +15,7 @@ from support.ports import free_port
 SERIES = ["ddp_trainer_step", "ddp_trainer_samples_total", "ddp_trainer_run_samples", "ddp_trainer_samples_per_second",
           "ddp_trainer_loss", "ddp_trainer_learning_rate", "ddp_trainer_world_size", "ddp_trainer_total_steps",
           "ddp_trainer_torchrun_restarts",
-          "ddp_trainer_restart_count", "ddp_trainer_last_checkpoint_step",
+          "ddp_trainer_restart_count", "ddp_trainer_last_checkpoint_step", "ddp_trainer_last_checkpoint_duration_seconds",
           "ddp_trainer_last_checkpoint_timestamp_seconds", "ddp_trainer_gpu_memory_bytes",
           "ddp_trainer_checkpoint_save_seconds_count", "ddp_trainer_checkpoint_load_seconds"]
 # The DDPJob's name in `ddpjob` (and, until the chart's readers move, in `job`), the attempt, the rank.

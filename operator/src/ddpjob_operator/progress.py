@@ -30,6 +30,7 @@ SERIES = {
     "ddp_trainer_torchrun_restarts": "inPlaceRestarts",  # in_place.py
     "ddp_trainer_last_checkpoint_step": "checkpointStep",  # recoveries.py: steps lost at a failure
     "ddp_trainer_total_steps": "totalSteps",  # progress_eta.py: percent done and ETA
+    "ddp_trainer_last_checkpoint_duration_seconds": "checkpointSeconds",  # the newest save, start to in place
 }
 INTEGERS = ("step", "inPlaceRestarts", "checkpointStep", "totalSteps")
 

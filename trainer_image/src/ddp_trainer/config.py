@@ -79,6 +79,10 @@ class CheckpointConfig:
     every_seconds: float = 0.0  # 0 disables the time cadence
     keep: int = 3  # newest checkpoints kept
     on_finish: bool = True  # write a final checkpoint at the target step
+    format: str = (
+        "auto"  # file: rank 0 writes one file | dcp: every rank a share (checkpoint_dcp.py) | auto: dcp on CUDA
+    )
+    async_save: bool = True  # dcp: stage to host memory, then write in the background while training goes on
 
 
 @dataclass
@@ -214,6 +218,8 @@ def validate(cfg: Config) -> None:
         problems.append(f"--data.workers must be >= 0, or -1 for the device's default, got {cfg.data.workers}")
     if cfg.metrics.peak_tflops < 0:
         problems.append(f"--metrics.peak-tflops must be >= 0, got {cfg.metrics.peak_tflops}")
+    if cfg.checkpoint.format not in ("auto", "file", "dcp"):
+        problems.append(f"--checkpoint.format must be auto, file or dcp, got {cfg.checkpoint.format!r}")
     if cfg.checkpoint.keep < 1:
         problems.append(f"--checkpoint.keep must be >= 1, got {cfg.checkpoint.keep}")
     if not 0 <= cfg.metrics.port <= 65535:

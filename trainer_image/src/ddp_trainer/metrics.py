@@ -80,6 +80,10 @@ class TrainerMetrics:
             buckets=CHECKPOINT_BUCKETS,
             registry=self.registry,
         ).labels(**self._labels)
+        self.last_checkpoint_seconds = gauge(
+            "ddp_trainer_last_checkpoint_duration_seconds",
+            "The newest checkpoint's save, from its start to its files in place (dcp: staging and background writes)",
+        )
         self.checkpoint_load_seconds = gauge(
             "ddp_trainer_checkpoint_load_seconds", "Time this start spent choosing and loading its checkpoint"
         )

@@ -12,11 +12,13 @@ from typing import cast
 
 import torch
 import torch.distributed as dist
+from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 from torch.utils.data import DataLoader
 
 from . import exit_codes
 from .batching import BatchPlan, SamplePosition, global_batch_size, loss_scale, plan_batches, split_sizes
 from .checkpoint import CheckpointStore
+from .checkpoint_dcp import DcpStore
 from .config import Config
 from .ddp_model import autocast_context, wrap_model
 from .device_options import apply_tf32, bf16_supported, cpu_count, loader_workers, peak_tflops, precision, use_fused
@@ -67,9 +69,14 @@ class Trainer:
             decay=cfg.train.decay,
             min_lr_ratio=cfg.train.min_lr_ratio,
         )
-        self.store = (
-            CheckpointStore(cfg.checkpoint.dir, cfg.checkpoint.keep, self._warn) if cfg.checkpoint.dir else None
-        )
+        self.store: CheckpointStore | DcpStore | None = None
+        if cfg.checkpoint.dir and checkpoint_format(cfg.checkpoint.format, device) == "dcp":
+            self.store = DcpStore(
+                cfg.checkpoint.dir, cfg.checkpoint.keep, self._warn, cfg.checkpoint.async_save, env.rank
+            )
+        elif cfg.checkpoint.dir:
+            self.store = CheckpointStore(cfg.checkpoint.dir, cfg.checkpoint.keep, self._warn)
+        self.save_started: dict[int, float] = {}  # dcp: step -> when its save began, until it is in place
         self.metrics = TrainerMetrics(who.job, env.rank, who.attempt)
         self.metrics.world_size.set(env.world_size)
         self.metrics.total_steps.set(cfg.train.steps)
@@ -115,17 +122,62 @@ class Trainer:
         if self.store is None:
             return False
         started = time.monotonic()
-        chosen = self.store.newest_valid() if self.env.rank == 0 else None
+        if isinstance(self.store, DcpStore):
+            return self._resume_dcp(self.store, started)
+        return self._resume_file(self.store, started)
+
+    def _resume_file(self, store: CheckpointStore, started: float) -> bool:
+        chosen = store.newest_valid() if self.env.rank == 0 else None
         box = [str(chosen[0]) if chosen else None]
         dist.broadcast_object_list(box, src=0)
         if box[0] is None:
             return False
-        state = chosen[1] if chosen else self.store.load(Path(box[0]))
+        state = chosen[1] if chosen else store.load(Path(box[0]))
         if state is None:
             raise RuntimeError(f"rank {self.env.rank} cannot read checkpoint {box[0]} that rank 0 chose")
         check_resumable(box[0], state, self.shape)
         self.ddp.module.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
+        self._resumed(state, started)
+        self._restore_rng(state)  # after the step is set: a rank without a saved stream is seeded by it
+        return True
+
+    def _resume_dcp(self, store: DcpStore, started: float) -> bool:
+        """Rank 0 lists the complete checkpoints, newest first; every rank loads the first one that loads on all."""
+        box: list[list[str] | None] = [
+            [str(p) for _, p in reversed(store.list_steps())] if self.env.rank == 0 else None
+        ]
+        dist.broadcast_object_list(box, src=0)
+        for path in box[0] or []:
+            keys = store.keys(Path(path))
+            model, optim = get_state_dict(self.ddp.module, self.optimizer)
+            mine = str(self.env.rank)
+            request: dict = {"model": model, "optim": optim, "meta": {k: 0 for k in META_KEYS if f"meta.{k}" in keys}}
+            if any(k.startswith(f"rng.{mine}.") for k in keys):
+                request["rng"] = {mine: capture_rng()}
+            error = store.load(Path(path), request)
+            failed = torch.tensor([0 if error is None else 1])
+            dist.all_reduce(failed, op=dist.ReduceOp.MAX)
+            if failed.item():
+                self._warn(f"skipping unreadable checkpoint {Path(path).name}: {str(error)[:200] or 'another rank'}")
+                continue
+            state = request["meta"]
+            check_resumable(path, state, self.shape)
+            set_state_dict(self.ddp.module, self.optimizer, model_state_dict=model, optim_state_dict=optim)
+            self._resumed(state, started)
+            if "rng" in request:
+                restore_rng(request["rng"][mine])
+            else:  # a rank the writing group did not have (it grew)
+                seed_everything(rank_seed(self.cfg.train.seed, self.env.rank, self.step))
+            return True
+        if not box[0]:
+            # A run that wrote `file` checkpoints before (a CPU attempt, an older image) goes on from them.
+            return self._resume_file(CheckpointStore(store.directory, store.keep, self._warn), started)
+        return False
+
+    def _resumed(self, state: dict, started: float) -> None:
+        """What a loaded checkpoint sets beside the weights: the step, the data position, the schedule, the batch
+        plan, the metrics."""
         self.step, self.samples = int(state["step"]), int(state["samples"])
         self.position = SamplePosition(int(state["epoch"]), int(state["offset"]))
         if "scheduler" in state:
@@ -133,14 +185,12 @@ class Trainer:
         if self.cfg.train.micro_batch_size == 0 and "micro_batch_limit" in state:
             # What the first attempt ran fit in memory; a smaller group accumulates more rather than run larger.
             self.plan = self._plan_batches(micro_batch_limit=int(state["micro_batch_limit"]))
-        self._restore_rng(state)
         self.last_checkpoint_step = self.step
         self.metrics.record_checkpoint(self.step, state.get("time"))
         self.checkpoint_load_seconds = time.monotonic() - started
         self.metrics.checkpoint_load_seconds.set(self.checkpoint_load_seconds)
         if self.talks:
             emit(resumed_line(self.who, self.step, self.samples, int(state["world_size"])))
-        return True
 
     @property
     def shape(self) -> RunShape:
@@ -193,6 +243,8 @@ class Trainer:
                 self._report(loss_sum, window_steps, time.monotonic() - window_start, lr)
                 loss_sum.zero_()
                 window_start, window_steps = time.monotonic(), 0
+            if isinstance(self.store, DcpStore):
+                self._checkpoint_in_place(self.store.poll())
             verdict = self.vote.step(ask_to_save=self._time_to_save())
             if verdict.stop:
                 return self._preempted()
@@ -203,12 +255,14 @@ class Trainer:
             return exit_codes.OK
         if cfg.checkpoint.on_finish and self.last_checkpoint_step != self.step:
             self.save_checkpoint()
+        self.wait_for_checkpoint()
         self._finish(time.monotonic() - self.created)
         return exit_codes.OK
 
     def _preempted(self) -> int:
         self.vote.settle()
         self.save_checkpoint()
+        self.wait_for_checkpoint()  # within the grace period: staging is a copy, the writes are spread over ranks
         if self.talks:
             emit(
                 f"{self.who.prefix} preempted ({self.preemption.signal_name or 'peer'}): "
@@ -308,31 +362,58 @@ class Trainer:
         if self.store is None:
             return
         started = time.monotonic()
-        rng_per_rank = gather_to_rank_0(capture_rng(), self.env)
         now = time.time()
-        if self.env.rank == 0:
+        meta = {
+            "step": self.step,
+            "samples": self.samples,
+            "epoch": self.position.epoch,
+            "offset": self.position.offset,
+            "world_size": self.env.world_size,
+            "global_batch": self.global_batch,
+            "micro_batch_limit": self.plan.micro_batch_limit,
+            "workload": self.workload.name,
+            "shape": self.shape.state_dict(),
+            "scheduler": self.schedule.state_dict(),
+            "time": now,
+        }
+        if isinstance(self.store, DcpStore):
+            model, optim = get_state_dict(self.ddp.module, self.optimizer)
+            self.save_started[self.step] = started
+            # Returns once staged (async): the step goes on while the background thread writes.
             self.store.save(
-                {
-                    "step": self.step,
-                    "samples": self.samples,
-                    "epoch": self.position.epoch,
-                    "offset": self.position.offset,
-                    "world_size": self.env.world_size,
-                    "global_batch": self.global_batch,
-                    "micro_batch_limit": self.plan.micro_batch_limit,
-                    "workload": self.workload.name,
-                    "shape": self.shape.state_dict(),
-                    "model": self.ddp.module.state_dict(),
-                    "optimizer": self.optimizer.state_dict(),
-                    "scheduler": self.schedule.state_dict(),
-                    "rng_per_rank": rng_per_rank,
-                    "time": now,
-                }
+                self.step, {"model": model, "optim": optim, "rng": {str(self.env.rank): capture_rng()}, "meta": meta}
             )
+            if not self.store.asynchronous:
+                self._checkpoint_in_place(self.step)
+        else:
+            rng_per_rank = gather_to_rank_0(capture_rng(), self.env)
+            if self.env.rank == 0:
+                self.store.save(
+                    {
+                        **meta,
+                        "model": self.ddp.module.state_dict(),
+                        "optimizer": self.optimizer.state_dict(),
+                        "rng_per_rank": rng_per_rank,
+                    }
+                )
+            self.metrics.record_checkpoint(self.step, now)
+            self.metrics.last_checkpoint_seconds.set(time.monotonic() - started)
         self.last_checkpoint_step, self.last_checkpoint_time = self.step, time.monotonic()
         self.metrics.checkpoint_save_seconds.observe(self.last_checkpoint_time - started)
         self.asked_to_save = False
-        self.metrics.record_checkpoint(self.step, now)
+
+    def _checkpoint_in_place(self, step: int | None) -> None:
+        """A dcp save has finished and is in place: its step and whole duration reach the metrics."""
+        if step is None:
+            return
+        started = self.save_started.pop(step, None)
+        self.metrics.record_checkpoint(step)
+        if started is not None:
+            self.metrics.last_checkpoint_seconds.set(time.monotonic() - started)
+
+    def wait_for_checkpoint(self) -> None:
+        if isinstance(self.store, DcpStore):
+            self._checkpoint_in_place(self.store.wait())
 
     def _finish(self, wall_seconds: float) -> None:
         if self.env.rank != 0:
@@ -346,6 +427,30 @@ class Trainer:
 
     def _warn(self, message: str) -> None:
         warn(self.who, message)
+
+
+def checkpoint_format(mode: str, device: torch.device) -> str:
+    """auto: dcp on CUDA, where idle host cores write in the background while the GPU steps; file on CPU, where
+    the writer and the step share the cores (measured: docs/trainer.md, Checkpoints)."""
+    if mode != "auto":
+        return mode
+    return "dcp" if device.type == "cuda" else "file"
+
+
+# The run's figures a checkpoint keeps beside the weights (the dcp format's `meta`).
+META_KEYS = (
+    "step",
+    "samples",
+    "epoch",
+    "offset",
+    "world_size",
+    "global_batch",
+    "micro_batch_limit",
+    "workload",
+    "shape",
+    "scheduler",
+    "time",
+)
 
 
 def gather_to_rank_0(mine: dict, env: DistEnv) -> list[dict] | None:

@@ -1,0 +1,107 @@
+"""--checkpoint.format dcp (checkpoint_dcp.py): sharded checkpoints written by every rank, staged and written in
+the background; resumed at another world size; a corrupt one skipped for the one before; a full volume exits 28;
+SIGTERM waits for the save in flight."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+
+import pytest
+import torch
+import torch.distributed as dist
+
+from launch import DONE, PROGRESS, RESUMED, run, standalone_cmd, start, stop, trainer_env, wait_for_line
+from test_disk_full import full_volume  # noqa: F401  (the fixture)
+from test_preemption import PREEMPTED
+
+
+def dcp_run(ck, steps: int, nproc: int, *extra: str) -> list[str]:
+    return standalone_cmd(nproc, "--workload", "digits", "--train.steps", str(steps), "--metrics.port", "0",
+                          "--checkpoint.dir", str(ck), "--checkpoint.format", "dcp", "--checkpoint.every-steps", "10",
+                          "--checkpoint.keep", "2", "--log.every-steps", "10", *extra)
+
+
+def test_every_rank_writes_a_share_and_a_smaller_group_resumes_it(tmp_path):
+    ck = tmp_path / "ck"
+    older = run(dcp_run(ck, 20, 2, "--checkpoint.format", "file"))  # what a CPU attempt or an older image wrote
+    assert older.returncode == 0, older.stdout[-2000:] + older.stderr[-2000:]
+    first = run(dcp_run(ck, 40, 2))
+    assert first.returncode == 0, first.stdout[-2000:] + first.stderr[-2000:]
+    assert RESUMED.search(first.stdout)["step"] == "20", "a dcp run goes on from the file checkpoints it finds"
+    assert sorted(p.name for p in ck.iterdir() if p.suffix == ".dcp" or p.name.startswith(".")) == [
+        "step-000000030.dcp", "step-000000040.dcp"]  # keep 2, no temp left
+    shards = sorted(p.name for p in (ck / "step-000000040.dcp").iterdir())
+    assert shards == [".metadata", "__0_0.distcp", "__1_0.distcp"], shards  # both ranks wrote a share
+    second = run(dcp_run(ck, 60, 1))
+    assert second.returncode == 0, second.stdout[-2000:] + second.stderr[-2000:]
+    resumed = RESUMED.search(second.stdout)
+    assert resumed and resumed["step"] == "40" and resumed["samples"] == str(40 * 64), second.stdout
+    assert [int(m["step"]) for m in PROGRESS.finditer(second.stdout)] == [50, 60]
+    assert DONE.search(second.stdout)["step"] == "60"
+
+
+def test_a_corrupt_checkpoint_is_skipped_for_the_one_before(tmp_path):
+    ck = tmp_path / "ck"
+    assert run(dcp_run(ck, 40, 2)).returncode == 0
+    shard = ck / "step-000000040.dcp" / "__1_0.distcp"
+    shard.write_bytes(shard.read_bytes()[:100])  # what a crash mid-copy or a bad disk leaves
+    again = run(dcp_run(ck, 50, 2))
+    assert again.returncode == 0, again.stdout[-2000:] + again.stderr[-2000:]
+    assert "skipping unreadable checkpoint step-000000040.dcp" in again.stderr, again.stderr[-2000:]
+    resumed = RESUMED.search(again.stdout)
+    assert resumed and resumed["step"] == "30", again.stdout
+
+
+def test_a_full_volume_exits_28_and_leaves_nothing_behind(tmp_path, full_volume):  # noqa: F811
+    error_file = tmp_path / "termination-log"
+    result = run(dcp_run(full_volume, 1000, 1), env=trainer_env(TORCHELASTIC_ERROR_FILE=str(error_file)), timeout=120)
+    assert "exitcode  : 28" in result.stderr, result.stderr[-3000:]
+    assert "checkpoint volume full" in json.loads(error_file.read_text())["message"]["message"]
+    assert list(full_volume.iterdir()) == []
+
+
+def test_sigterm_waits_for_the_save_in_flight_and_leaves_a_whole_checkpoint(tmp_path):
+    ck, log = tmp_path / "ck", tmp_path / "run.log"
+    proc = start(dcp_run(ck, 100000, 2), log=log)
+    try:
+        wait_for_line(log, PROGRESS, proc, where=lambda m: int(m["step"]) >= 30)
+        os.kill(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=90)
+    finally:
+        stop(proc)
+    preempted = PREEMPTED.search(log.read_text())
+    assert preempted, log.read_text()[-3000:]
+    step = int(preempted["step"])
+    assert (ck / f"step-{step:09d}.dcp" / ".metadata").is_file()
+    assert not [p for p in ck.iterdir() if p.name.endswith(".tmp")]
+
+
+@pytest.fixture
+def one_rank_group(tmp_path):
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'pg'}", rank=0, world_size=1)
+    yield
+    dist.destroy_process_group()
+
+
+def test_an_async_save_returns_once_staged_and_lands_whole_only_when_done(tmp_path, one_rank_group):
+    from ddp_trainer.checkpoint_dcp import DcpStore
+
+    store = DcpStore(tmp_path / "ck", keep=2, asynchronous=True)
+    weights = torch.arange(1_000_000, dtype=torch.float32)
+    store.save(10, {"w": weights, "meta": {"step": 10}})
+    weights.add_(1.0)  # training goes on and changes the weights while the save is written
+    assert store.pending is not None and store.list_steps() == []  # in flight: not a checkpoint yet
+    assert store.wait() == 10
+    ((step, path),) = store.list_steps()
+    loaded = {"w": torch.zeros(1_000_000), "meta": {"step": 0}}
+    assert step == 10 and store.load(path, loaded) is None
+    assert torch.equal(loaded["w"], torch.arange(1_000_000, dtype=torch.float32)) and loaded["meta"]["step"] == 10
+
+
+def test_the_format_follows_the_device():
+    from ddp_trainer.trainer import checkpoint_format
+    cpu, gpu = torch.device("cpu"), torch.device("cuda", 0)
+    assert (checkpoint_format("auto", gpu), checkpoint_format("auto", cpu)) == ("dcp", "file")
+    assert (checkpoint_format("dcp", cpu), checkpoint_format("file", gpu)) == ("dcp", "file")

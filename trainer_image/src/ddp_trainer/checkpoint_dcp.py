@@ -1,0 +1,199 @@
+"""Sharded checkpoints with torch.distributed.checkpoint (`--checkpoint.format dcp`), written in the background
+(`--checkpoint.async`, on by default).
+
+Why: the `file` format has rank 0 write the whole state with torch.save while every other rank waits in its next
+all-reduce, and every rank reads the whole file back on resume. Here:
+- every rank writes a share: DDP's state is replicated, and DCP's planner writes each tensor once, spread over
+  the ranks;
+- a save first stages the state to host memory (a copy: on a GPU the device-to-host transfer), then the files
+  are written by a background thread while training goes on. One save is in flight at a time: the next waits
+  for it, and so do the end of the run and a preemption (SIGTERM), which is how a save fits the grace period;
+- on resume each rank reads the tensors into its own model and optimizer, without unpickling one whole file.
+
+Guarantees kept from the `file` format:
+- atomic: a save goes to `.step-<n>.dcp.tmp/`; rank 0 renames it to `step-<n>.dcp/` (and fsyncs the directory)
+  only once its save has finished, which for DCP's coordinator is after every rank's writes and the metadata;
+- a checkpoint that fails to load on any rank (a truncated or missing shard) is skipped for the one before it;
+- a full volume fails the job with exit code 28 and its cause (CheckpointDiskFull);
+- a resume at another world size loads the same state (each rank reads what it needs);
+- the newest `--checkpoint.keep` are kept.
+
+The background writes use a process group of their own (gloo), so they never interleave with the training
+collectives of the default group."""
+
+from __future__ import annotations
+
+import errno
+import os
+import re
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, cast
+
+import torch
+import torch.distributed as dist
+import torch.distributed.checkpoint as dcp
+from torch.distributed import ProcessGroup
+from torch.distributed.checkpoint import FileSystemReader
+from torch.distributed.checkpoint.api import CheckpointException
+
+from .checkpoint import CheckpointDiskFull
+
+NAME = re.compile(r"^step-(\d{9})\.dcp$")
+METADATA = ".metadata"
+
+
+def stage(state: Any) -> Any:
+    """A host-memory copy of every tensor in `state`, so training may change the originals while it is written."""
+    if isinstance(state, torch.Tensor):
+        return state.detach().to("cpu", copy=True)
+    if isinstance(state, dict):
+        return {k: stage(v) for k, v in state.items()}
+    if isinstance(state, list):
+        return [stage(v) for v in state]
+    return state
+
+
+def full_disk(error: BaseException) -> bool:
+    """ENOSPC anywhere in the chain, or in any rank's failure DCP reports."""
+    seen: list[BaseException] = [error]
+    while seen:
+        e = seen.pop()
+        if isinstance(e, OSError) and e.errno == errno.ENOSPC:
+            return True
+        if isinstance(e, CheckpointException):
+            seen.extend(pair[0] if isinstance(pair, tuple) else pair for pair in e.failures.values())
+        for nxt in (e.__cause__, e.__context__):
+            if nxt is not None:
+                seen.append(nxt)
+    return False
+
+
+NEARLY_FULL_BYTES = 1 << 20
+
+
+def nearly_full(directory: Path) -> bool:
+    try:
+        return shutil.disk_usage(directory).free < NEARLY_FULL_BYTES
+    except OSError:
+        return False
+
+
+class DcpStore:
+    def __init__(
+        self,
+        directory: str | Path,
+        keep: int = 3,
+        warn: Callable[[str], None] = print,
+        asynchronous: bool = True,
+        rank: int = 0,
+    ):
+        self.directory = Path(directory)
+        self.keep = keep
+        self.warn = warn
+        self.asynchronous = asynchronous
+        self.rank = rank
+        # Every rank must create it, in the same order (a collective); gloo moves DCP's small plan messages.
+        self.group = cast(ProcessGroup | None, dist.new_group(backend="gloo") if dist.is_initialized() else None)
+        self.pending: tuple[int, Any] | None = None  # the step and its Future
+
+    def path_for(self, step: int) -> Path:
+        return self.directory / f"step-{step:09d}.dcp"
+
+    def _tmp_for(self, step: int) -> Path:
+        return self.directory / f".step-{step:09d}.dcp.tmp"
+
+    def list_steps(self) -> list[tuple[int, Path]]:
+        """Complete checkpoints (renamed, with their metadata), oldest first."""
+        if not self.directory.is_dir():
+            return []
+        found = [
+            (int(m.group(1)), p)
+            for p in self.directory.iterdir()
+            if (m := NAME.match(p.name)) and (p / METADATA).is_file()
+        ]
+        return sorted(found)
+
+    def save(self, step: int, state: dict[str, Any]) -> None:
+        """A collective: every rank calls it with its state (model, optimizer, its own RNG, the run's figures)."""
+        self.wait()
+        tmp = self._tmp_for(step)
+        if self.rank == 0 and tmp.exists():
+            shutil.rmtree(tmp)  # a writer killed mid-save left it
+        if self.group is not None:
+            dist.barrier(group=self.group)
+        staged = stage(state)
+        try:
+            if self.asynchronous:
+                self.pending = (step, dcp.async_save(staged, checkpoint_id=tmp, process_group=self.group))
+                return
+            dcp.save(staged, checkpoint_id=tmp, process_group=self.group)
+        except (OSError, RuntimeError, CheckpointException) as e:
+            self._failed(step, e)
+        self._finalize(step)
+
+    def poll(self) -> int | None:
+        """The step of a background save that has just finished (and is now in place), else None."""
+        if self.pending is None or not self.pending[1].done():
+            return None
+        return self.wait()
+
+    def wait(self) -> int | None:
+        """Wait for the save in flight, if any, and put it in place; its step."""
+        if self.pending is None:
+            return None
+        step, future = self.pending
+        self.pending = None
+        try:
+            future.result()
+        except (OSError, RuntimeError, CheckpointException) as e:
+            self._failed(step, e)
+        self._finalize(step)
+        return step
+
+    def _failed(self, step: int, e: BaseException) -> None:
+        # torch.save's zip writer can report a short write with no errno ("unexpected pos"): a failed write on a
+        # volume with next to nothing free is a full volume all the same. Measured before the cleanup frees it.
+        full = full_disk(e) or nearly_full(self.directory)
+        if self.rank == 0:
+            shutil.rmtree(self._tmp_for(step), ignore_errors=True)  # no partial checkpoint left behind
+        if full:
+            raise CheckpointDiskFull(
+                errno.ENOSPC,
+                f"checkpoint volume full: cannot write step {step} to {self.directory} "
+                "(no space left on device); free space or enlarge the volume, then restart the job",
+            ) from e
+        if isinstance(e, CheckpointException):
+            raise RuntimeError(f"checkpoint step {step} failed: {e}") from None
+        raise e
+
+    def _finalize(self, step: int) -> None:
+        if self.rank != 0:
+            return
+        final = self.path_for(step)
+        if final.exists():  # the same step again (a resumed run that re-ran it): the new one replaces it
+            os.replace(final, self.directory / f".{final.name}.old")
+        os.replace(self._tmp_for(step), final)
+        fd = os.open(self.directory, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        for _, path in self.list_steps()[: -self.keep]:
+            shutil.rmtree(path, ignore_errors=True)
+        # What a replaced step or a writer killed mid-save left; the one save in flight was just put in place.
+        for stale in [*self.directory.glob(".step-*.dcp.old"), *self.directory.glob(".step-*.dcp.tmp")]:
+            shutil.rmtree(stale, ignore_errors=True)
+
+    def keys(self, path: Path) -> set[str]:
+        """The flattened keys a checkpoint holds ("model.0.weight", "rng.1.torch", "meta.step", ...)."""
+        return set(FileSystemReader(str(path)).read_metadata().state_dict_metadata)
+
+    def load(self, path: Path, request: dict[str, Any]) -> BaseException | None:
+        """Fill `request` (a collective); the error on this rank, if its part failed to load."""
+        try:
+            dcp.load(request, checkpoint_id=str(path), process_group=self.group)
+        except (Exception, CheckpointException) as e:  # a missing or truncated shard, a bad metadata file
+            return e
+        return None
