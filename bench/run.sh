@@ -38,6 +38,9 @@ if ! skip trainer; then
       --out "$results/trainer_scaling_w$world.json" --steps "${BENCH_TRAINER_STEPS:-30}" \
       --repeats "${BENCH_TRAINER_REPEATS:-5}"
   done
+  say "trainer: a periodic checkpoint's step stall, file vs dcp sync vs dcp async (gloo world 2, gpt ~50M parameters)"
+  "$py" -m torch.distributed.run --standalone --nproc-per-node 2 "$root/bench/checkpoint_stall.py" \
+    --out "$results/checkpoint_stall.json"
   (cd "$root/bench" && "$py" trainer_summary.py "$results")
 fi
 
