@@ -177,7 +177,7 @@ def test_monitoring_objects_select_the_operator_and_trainer_pods():
     assert pm["spec"]["selector"]["matchLabels"] == {
         "app.kubernetes.io/name": "ddpjob", "app.kubernetes.io/component": "worker",
         "app.kubernetes.io/managed-by": "ddpjob-operator"}
-    assert pm["spec"]["podMetricsEndpoints"][0]["honorLabels"] is True
+    assert pm["spec"]["podMetricsEndpoints"][0]["honorLabels"] is False  # trainers' `ddpjob` collides with nothing
     cm = one(docs, "ConfigMap")
     assert cm["metadata"]["labels"]["grafana_dashboard"] == "1"
     assert json.loads(cm["data"]["ddpjob.json"])["uid"] == "ddpjob-overview"

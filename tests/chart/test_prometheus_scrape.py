@@ -77,13 +77,12 @@ def prometheus(trainer, cluster_wide_operator, cluster_wide_job, tmp_path_factor
     run = cluster_wide_operator
     trainer.wait_for_progress()
     jobs = [
-        # What the chart's ServiceMonitor and PodMonitor produce: namespace and pod target labels, and for
-        # trainers honor_labels, so the trainer's own `job` (the DDPJob name) wins.
+        # What the chart's ServiceMonitor and PodMonitor produce: namespace and pod target labels; the trainer
+        # names its DDPJob in `ddpjob`, beside the scrape config's own `job`.
         prometheus_server.scrape_job("ddpjob-operator-metrics", f"127.0.0.1:{run.metrics_port}",
                                      {"namespace": run.release_namespace, "pod": f"{run.fullname}-0"}),
         prometheus_server.scrape_job("ddpjob-trainers", f"127.0.0.1:{trainer.port}",
-                                     {"namespace": run.watch_namespace, "pod": f"{TRAINER_JOB}-worker-0"},
-                                     honor_labels=True),
+                                     {"namespace": run.watch_namespace, "pod": f"{TRAINER_JOB}-worker-0"}),
     ]
     server = prometheus_server.start(tmp_path_factory.mktemp("prometheus"), jobs, rule_file=rule_groups())
     yield server
@@ -91,7 +90,6 @@ def prometheus(trainer, cluster_wide_operator, cluster_wide_job, tmp_path_factor
 
 
 def test_both_targets_are_up(prometheus):
-    # `up` is Prometheus' own series, so it keeps the scrape-config name even under honor_labels.
     up = prometheus_server.wait_for_series(prometheus, "count(up == 1) == 2")
     assert up, up
     jobs = {s["metric"]["job"] for s in prometheus.query("up == 1")}
@@ -109,12 +107,12 @@ def test_operator_series_show_the_job_and_its_restart(prometheus):
 
 
 def test_trainer_series_carry_the_ddpjob_name_and_rank(prometheus, cluster_wide_operator):
-    step = prometheus_server.wait_for_series(prometheus, f'ddp_trainer_step{{job="{TRAINER_JOB}"}} > 0')
+    step = prometheus_server.wait_for_series(prometheus, f'ddp_trainer_step{{ddpjob="{TRAINER_JOB}"}} > 0')
     labels = step[0]["metric"]
-    assert labels["rank"] == "0"
+    assert labels["rank"] == "0" and labels["job"] == "ddpjob-trainers"  # the scrape config's, untouched
     assert labels["namespace"] == cluster_wide_operator.watch_namespace
     phases = prometheus_server.wait_for_series(
-        prometheus, f'ddpjob:trainer_step_phase_seconds:mean5m{{job="{TRAINER_JOB}"}}', timeout=60)
+        prometheus, f'ddpjob:trainer_step_phase_seconds:mean5m{{ddpjob="{TRAINER_JOB}"}}', timeout=60)
     assert {s["metric"]["phase"] for s in phases} == {"data", "forward_backward", "optimizer"}
 
 

@@ -15,11 +15,11 @@ from support.ports import free_port
 SERIES = ["ddp_trainer_step", "ddp_trainer_samples_total", "ddp_trainer_run_samples", "ddp_trainer_samples_per_second",
           "ddp_trainer_loss", "ddp_trainer_learning_rate", "ddp_trainer_world_size", "ddp_trainer_total_steps",
           "ddp_trainer_torchrun_restarts",
-          "ddp_trainer_restart_count", "ddp_trainer_last_checkpoint_step", "ddp_trainer_last_checkpoint_duration_seconds",
+          "ddp_trainer_last_checkpoint_step", "ddp_trainer_last_checkpoint_duration_seconds",
           "ddp_trainer_last_checkpoint_timestamp_seconds", "ddp_trainer_gpu_memory_bytes",
           "ddp_trainer_checkpoint_save_seconds_count", "ddp_trainer_checkpoint_load_seconds"]
-# The DDPJob's name in `ddpjob` (and, until the chart's readers move, in `job`), the attempt, the rank.
-LABELS = (("attempt", "3"), ("ddpjob", "metrics-test"), ("job", "metrics-test"), ("rank", "0"))
+# The DDPJob's name in `ddpjob` (`job` is the scrape config's own label), the attempt, the rank.
+LABELS = (("attempt", "3"), ("ddpjob", "metrics-test"), ("rank", "0"))
 
 
 def scrape(port: int) -> dict[tuple[str, tuple], float]:
@@ -61,7 +61,7 @@ def test_scrape_returns_the_named_series(tmp_path):
     assert got["ddp_trainer_learning_rate"] == 0.001
     assert got["ddp_trainer_world_size"] == 1
     assert got["ddp_trainer_total_steps"] == 100000  # --train.steps
-    assert got["ddp_trainer_torchrun_restarts"] == got["ddp_trainer_restart_count"] == 0
+    assert got["ddp_trainer_torchrun_restarts"] == 0
     assert got["ddp_trainer_last_checkpoint_step"] >= 10
     assert time.time() - 300 < got["ddp_trainer_last_checkpoint_timestamp_seconds"] <= time.time()
     assert got["ddp_trainer_gpu_memory_bytes"] == 0  # CPU

@@ -18,12 +18,9 @@ SAMPLES_PER_SECOND_SERIES = "ddp_trainer_samples_per_second"
 WORLD_SIZE_SERIES = "ddp_trainer_world_size"
 TOTAL_STEPS_SERIES = "ddp_trainer_total_steps"  # the step the run ends at: the operator's percent done and ETA
 TORCHRUN_RESTARTS_SERIES = "ddp_trainer_torchrun_restarts"
-# Deprecated: the same value under a name whose suffix Prometheus reserves for histograms and summaries. Served
-# until the chart's dashboard reads TORCHRUN_RESTARTS_SERIES; then removed.
-RESTART_COUNT_SERIES = "ddp_trainer_restart_count"
-# `ddpjob` and `job` both carry the DDPJob's name: `job` is Prometheus' own target label and only survives a
-# scrape with honorLabels, so readers move to `ddpjob` and `job` goes once the chart's alerts and dashboard have.
-LABELS = ("job", "ddpjob", "attempt", "rank")
+# The DDPJob's name is `ddpjob`: `job` is Prometheus' own target label (the scrape config's name), which a series
+# of ours would only keep with honorLabels.
+LABELS = ("ddpjob", "attempt", "rank")
 DEFAULT_PORT = 9400  # --metrics.port's default (config.MetricsConfig); the endpoint is on this + LOCAL_RANK
 PORT_ENV = "DDP_TRAINER_METRICS_PORT"  # the env form of --metrics.port (config.env_name)
 
@@ -32,7 +29,7 @@ PHASE_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5
 
 
 def label_values(job: str, attempt: str, rank: int) -> dict[str, str]:
-    return {"job": job, "ddpjob": job, "attempt": attempt, "rank": str(rank)}
+    return {"ddpjob": job, "attempt": attempt, "rank": str(rank)}
 
 
 class TrainerMetrics:
@@ -67,7 +64,6 @@ class TrainerMetrics:
         self.torchrun_restarts = gauge(
             TORCHRUN_RESTARTS_SERIES, "torchrun in-place restarts (TORCHELASTIC_RESTART_COUNT)"
         )
-        self.restart_count = gauge(RESTART_COUNT_SERIES, f"Deprecated: {TORCHRUN_RESTARTS_SERIES}")
         self.last_checkpoint_step = gauge("ddp_trainer_last_checkpoint_step", "Step of the newest checkpoint")
         self.last_checkpoint_timestamp = gauge(
             "ddp_trainer_last_checkpoint_timestamp_seconds", "Unix time of the newest checkpoint (age = time() - this)"
@@ -98,7 +94,6 @@ class TrainerMetrics:
 
     def set_restarts(self, count: int) -> None:
         self.torchrun_restarts.set(count)
-        self.restart_count.set(count)
 
     def count_samples(self, consumed: int, run_total: int) -> None:
         """`consumed` samples since the last call; the counter starts at 0 in every process, as counters do, so

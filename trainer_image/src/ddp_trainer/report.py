@@ -1,6 +1,6 @@
 """Progress from your own training loop: `report(step, loss, samples)` once per step serves the series the bundled
 harness serves (ddp_trainer_step, _loss, _samples_total, _run_samples, _samples_per_second, _world_size,
-_torchrun_restarts and the deprecated _restart_count), so a
+_torchrun_restarts, _total_steps), so a
 DDPJob running your script gets status.progress, the STEP column, the alerts, the dashboard and the
 progress deadline. Usable on its own: it imports neither torch nor the harness's trainer or config.
 
@@ -35,7 +35,6 @@ from .metrics import (
     LABELS,
     LOSS_SERIES,
     PORT_ENV,
-    RESTART_COUNT_SERIES,
     RUN_SAMPLES_SERIES,
     SAMPLES_PER_SECOND_SERIES,
     SAMPLES_SERIES,
@@ -164,7 +163,6 @@ class ProgressReporter:
             (WORLD_SIZE_SERIES, "Ranks in the process group (WORLD_SIZE)", self.world_size),
             (TOTAL_STEPS_SERIES, "The step the run ends at, as the loop reported it", self.total_steps),
             (TORCHRUN_RESTARTS_SERIES, "torchrun in-place restarts (TORCHELASTIC_RESTART_COUNT)", self.restart_count),
-            (RESTART_COUNT_SERIES, f"Deprecated: {TORCHRUN_RESTARTS_SERIES}", self.restart_count),
             (RUN_SAMPLES_SERIES, "Training samples the run consumed since step 0, as the loop reported", self.samples),
         ]
         for name, doc, value in values:
