@@ -22,6 +22,7 @@ def test_rate_between_two_writes_gives_the_time_left():
 @pytest.mark.parametrize("old, why", [
     ({}, "the first write has nothing to measure a rate against"),
     (written(100, "2026-01-01T00:00:00Z", attempt=1), "a new attempt's reload and warm-up are not its rate"),
+    (written(100, "2026-01-01T00:00:00Z", attempt=2, inPlaceRestarts=1), "nor those of a restart in place"),
 ])
 def test_no_eta_without_a_rate_of_this_attempt(old, why):
     got = with_eta(old, written(200, "2026-01-01T00:00:20Z", attempt=2, totalSteps=1000))

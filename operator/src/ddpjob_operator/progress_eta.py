@@ -1,11 +1,11 @@
 """Percent done and time left for status.progress (pure): from the step the run ends at (worker 0's
 `ddp_trainer_total_steps`: the harness's --train.steps, or `report(total_steps=...)` in a user's own loop) and the
-step rate between the last two progress writes of the same attempt. The `kubectl get` PROGRESS column and
+step rate between the last two progress writes of the same attempt and in-place restart. The `kubectl get` PROGRESS column and
 `kubectl ddpj watch` read them.
 
 The rate is measured between writes (their advanceTime), not scrapes: writes are seconds apart, so second-precision
-timestamps are precise enough, and a restart's reload and warm-up never count (a new attempt starts without an ETA
-until it has advanced twice)."""
+timestamps are precise enough, and a restart's reload and warm-up never count (a new attempt, or a group torchrun
+restarted in place, starts without an ETA until it has advanced twice)."""
 
 from __future__ import annotations
 
@@ -32,8 +32,8 @@ def with_eta(old: Progress, new: Progress) -> Progress:
 def _eta(old: Progress, new: Progress, total: int, step: int) -> int | None:
     if step >= total:
         return 0
-    if old.get("attempt") != new.get("attempt"):
-        return None
+    if old.get("attempt") != new.get("attempt") or old.get("inPlaceRestarts") != new.get("inPlaceRestarts"):
+        return None  # a new group, or one restarted in place: its reload is not its rate
     then, now = parse_time(old.get("advanceTime")), parse_time(new.get("advanceTime"))
     old_step = old.get("step")
     if then is None or now is None or old_step is None or step <= old_step or now <= then:
