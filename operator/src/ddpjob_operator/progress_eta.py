@@ -1,7 +1,7 @@
 """Percent done and time left for status.progress (pure): from the step the run ends at (worker 0's
 `ddp_trainer_total_steps`: the harness's --train.steps, or `report(total_steps=...)` in a user's own loop) and the
-step rate between the last two progress writes of the same attempt and in-place restart. The `kubectl get` PROGRESS column and
-`kubectl ddpj watch` read them.
+step rate between the last two progress writes of the same attempt and in-place restart. The `kubectl get`
+PROGRESS column and `kubectl ddpj watch` read them.
 
 The rate is measured between writes (their advanceTime), not scrapes: writes are seconds apart, so second-precision
 timestamps are precise enough, and a restart's reload and warm-up never count (a new attempt, or a group torchrun
