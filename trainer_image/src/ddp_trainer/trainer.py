@@ -240,7 +240,7 @@ class Trainer:
             window_steps += 1
             self._observe_phases(t1 - t0, t2 - t1, t3 - t2)
             if self.step % cfg.log.every_steps == 0 or self.step == cfg.train.steps:
-                self._report(loss_sum, window_steps, time.monotonic() - window_start, lr)
+                self._report(loss_sum, window_steps, window_start, lr)
                 loss_sum.zero_()
                 window_start, window_steps = time.monotonic(), 0
             if isinstance(self.store, DcpStore):
@@ -323,11 +323,14 @@ class Trainer:
         self.metrics.phase["forward_backward"].observe(forward_backward)
         self.metrics.phase["optimizer"].observe(optimizer)
 
-    def _report(self, loss_sum: torch.Tensor, steps: int, seconds: float, lr: float) -> None:
-        """One all-reduce per log window carries the loss: the group mean over the window."""
+    def _report(self, loss_sum: torch.Tensor, steps: int, window_start: float, lr: float) -> None:
+        """One all-reduce per log window carries the loss: the group mean over the window. The window closes after
+        `.item()`, which waits for the device: on a GPU the window's queued kernels are counted in its seconds,
+        not left to the next window (a window read before the sync made throughput read high)."""
         packed = loss_sum.float().reshape(1)
         dist.all_reduce(packed)
         loss = self.last_loss = packed.item() / (self.global_batch * steps)
+        seconds = time.monotonic() - window_start
         throughput = self.global_batch * steps / max(seconds, 1e-9)
         m = self.metrics
         m.step.set(self.step)
