@@ -221,3 +221,36 @@ def test_survivors_that_finish_while_a_replacement_waits_for_room_end_the_job():
     plan = plan_with(in_place(make_job("a").replicas(3)).running(),
                      [make_pod("a", 0).succeeded().build(), make_pod("a", 1).succeeded().build(), make_pod("a", 2).build()])
     assert plan.status is None or plan.status["phase"] != "Succeeded"
+
+
+def _join_window_job(until: str):
+    job = in_place(make_job("a").replicas(2)).running().status(platformRestarts=1)
+    return job.status(inPlace={"attempt": 0, "restarts": 1, "joinUntil": until})
+
+
+def test_one_restart_reported_while_a_replacement_joins_is_the_join_not_a_failure():
+    """After a pod was replaced alone: the survivors' first restart was credited with the loss (replace_pod), and
+    the join of the replacement can cost one more (the stop vote); inside the window it is charged to no budget."""
+    job = _join_window_job(until="2026-01-01T12:02:00Z")
+    scraped = {"step": 130, "inPlaceRestarts": 2, "updateTime": "2026-01-01T12:00:00Z"}
+    plan = plan_with(job, running_pods("a", 2), scraped)
+    status = plan.status
+    assert (status.get("restarts", 0), status["platformRestarts"]) == (0, 1), "no budget spent on the join"
+    assert status["inPlace"] == {"attempt": 0, "restarts": 2}, "counted as seen, the window closed"
+    assert [e.reason for e in plan.events] == ["ReplacementJoined"] and not status.get("recoveries")
+
+
+def test_after_the_join_window_a_restart_is_the_trainers_again():
+    job = _join_window_job(until="2026-01-01T09:00:00Z")  # long past
+    scraped = {"step": 130, "inPlaceRestarts": 2, "updateTime": "2026-01-01T12:00:00Z"}
+    plan = plan_with(job, running_pods("a", 2), scraped)
+    assert plan.status["restarts"] == 1 and plan.status["inPlace"] == {"attempt": 0, "restarts": 2}
+    assert [e.reason for e in plan.events] == ["RestartedInPlace"]
+
+
+def test_the_replacement_running_opens_the_join_window():
+    job = in_place(make_job("a").replicas(3)).running().status(platformRestarts=1)
+    job.status(replacing={"2": "old-uid"}, inPlace={"attempt": 0, "restarts": 1})
+    plan = plan_with(job, running_pods("a", 3))
+    assert "replacing" not in plan.status
+    assert plan.status["inPlace"]["joinUntil"] > "2026-"  # NOW + in_place.JOIN_WINDOW

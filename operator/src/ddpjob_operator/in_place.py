@@ -12,10 +12,29 @@ a second one: when it is spent the pod fails, and the failure policy finds the b
 
 from __future__ import annotations
 
+from datetime import datetime, timedelta
+
 from . import recoveries
 from .plan import Observed, Plan
 from .spec import IN_PLACE, JobSpec
 from .status import JobStatus
+from .timefmt import format_time, parse_time
+
+# After a replacement pod runs, its agent joins the survivors' rendezvous and they restart their workers to take
+# it in. torchrun does not count that as a failure, but the trainer's stop vote can: the first agent to see the
+# newcomer stops its workers with SIGTERM, they vote stop, and a peer that has not seen the newcomer yet exits 143
+# on its own, which its agent counts as a failed worker. One restart reported within this window after the
+# replacement runs is the join's, not the trainer's: counted as seen, charged to no budget. (A genuine failure
+# inside the window is taken for the join once; the next is charged.)
+JOIN_WINDOW = timedelta(seconds=120)
+JOINED = "torchrun restarted the workers to take the replacement pod into the group: not a failure, no budget spent"
+
+
+def expect_join(status: JobStatus, now: datetime) -> None:
+    """The replacement runs: open the window in which one reported restart is its join (replace_pod.done)."""
+    status["inPlace"] = {**(status.get("inPlace") or {}), "joinUntil": format_time(now + JOIN_WINDOW)}
+    status["inPlace"].setdefault("attempt", status["attempt"])
+    status["inPlace"].setdefault("restarts", 0)
 
 
 def counted(status: JobStatus) -> int:
@@ -39,6 +58,13 @@ def take_in(obs: Observed, spec: JobSpec, status: JobStatus, plan: Plan, ended: 
         return 0
     before = counted(status)
     new = reported(obs, ended or []) - before
+    join_until = parse_time((status.get("inPlace") or {}).get("joinUntil"))
+    if join_until is not None and (new > 0 or obs.now > join_until):
+        status["inPlace"] = {"attempt": status["attempt"], "restarts": before}  # the window is used or over
+        if new > 0 and obs.now <= join_until:
+            before, new = before + 1, new - 1
+            status["inPlace"]["restarts"] = before
+            plan.event("Normal", "ReplacementJoined", JOINED)
     if new <= 0:
         return 0
     status["restarts"] = status.get("restarts", 0) + new

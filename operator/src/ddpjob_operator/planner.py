@@ -60,7 +60,7 @@ from .placement_steps import running as is_running
 from .plan import Observed, Plan
 from .pod_sort import SortedPods, sort_pods
 from .restart_policy import RESTART, RestartBudget, backoff_seconds, decide_restart
-from .spec import JobSpec, parse_spec
+from .spec import IN_PLACE, JobSpec, parse_spec
 from .status import JobStatus, LastFailure, status_of
 from .timefmt import format_time, parse_time
 
@@ -622,6 +622,8 @@ def _readiness(
         status.update(c.enter_phase(status, c.PENDING, "PodsNotRunning", f"{running}/{replicas} pods running", obs.now))
     if status.get("replacing") and phase == c.RUNNING and replace_pod.done(status, pods.current, running):
         recoveries.close(status, obs.now, plan)
+        if spec.run_policy.restart_strategy == IN_PLACE:
+            in_place.expect_join(status, obs.now)
     if status.get("phase") != c.RUNNING:
         return
     progress_step.take_progress(

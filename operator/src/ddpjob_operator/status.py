@@ -48,6 +48,7 @@ class Progress(TypedDict, total=False):
 class InPlace(TypedDict, total=False):
     attempt: int
     restarts: int
+    joinUntil: str  # in_place.JOIN_WINDOW: until when one reported restart is a replacement's join
 
 
 class Recovery(TypedDict, total=False):
