@@ -42,6 +42,12 @@ def wanted(line_rank: int | None, rank: int | None) -> bool:
     return rank is None or line_rank == rank
 
 
+def list_pods(core: Any, namespace: str, job: str) -> list[dict[str, Any]]:
+    """The job's pods (every attempt), as plain dicts."""
+    listed = core.list_namespaced_pod(namespace, label_selector=f"{api.LABEL_JOB_NAME}={job}")
+    return [core.api_client.sanitize_for_serialization(p) for p in listed.items]
+
+
 class Follower:
     def __init__(
         self,
@@ -85,8 +91,7 @@ class Follower:
             time.sleep(WAIT_SECONDS)
 
     def _pods(self) -> list[dict[str, Any]]:
-        listed = self.core.list_namespaced_pod(self.namespace, label_selector=f"{api.LABEL_JOB_NAME}={self.job}")
-        pods = [self.core.api_client.sanitize_for_serialization(p) for p in listed.items]
+        pods = list_pods(self.core, self.namespace, self.job)
         if self.attempt is not None:
             pods = [p for p in pods if p["metadata"]["labels"].get(api.LABEL_ATTEMPT) == str(self.attempt)]
         return sorted(pods, key=lambda p: (p["metadata"].get("creationTimestamp") or "", p["metadata"]["name"]))

@@ -18,7 +18,7 @@ from rich.live import Live
 
 from .. import api
 from . import history, view, why
-from .logs import Follower
+from .logs import Follower, list_pods
 from .manifest import BadInput, job_manifest
 
 USAGE_ERROR = 2
@@ -77,8 +77,7 @@ class Kube:
         fail(f"{what}: the API server answered {e.status} {e.reason}: {_api_message(e)}")
 
     def pods(self, job: str) -> list[dict[str, Any]]:
-        listed = self.core.list_namespaced_pod(self.namespace, label_selector=f"{api.LABEL_JOB_NAME}={job}")
-        return [self.core.api_client.sanitize_for_serialization(p) for p in listed.items]
+        return list_pods(self.core, self.namespace, job)
 
 
 def _api_message(e: ApiException) -> str:
@@ -206,17 +205,10 @@ def _workload(kube: Kube, job: dict[str, Any]) -> tuple[dict[str, Any] | None, l
         for w in items
         if w is not mine
         and (w.get("spec") or {}).get("queueName") == queue
-        and not _finished(w)
-        and (why._admitted(w) or (w["metadata"].get("creationTimestamp") or "") <= created)
+        and not why.has_condition(w, "Finished")
+        and (why.has_condition(w, "Admitted") or (w["metadata"].get("creationTimestamp") or "") <= created)
     ]
     return mine, ahead
-
-
-def _finished(w: dict[str, Any]) -> bool:
-    return any(
-        c.get("type") == "Finished" and c.get("status") == "True"
-        for c in (w.get("status") or {}).get("conditions") or []
-    )
 
 
 def cmd_run(kube: Kube | None, a: argparse.Namespace) -> int:

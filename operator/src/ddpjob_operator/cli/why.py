@@ -82,11 +82,16 @@ def _failed(status: dict[str, Any], spec: dict[str, Any]) -> Answer:
     return Answer(f"it Failed: {reason}", [e for e in evidence if e])
 
 
-def _admitted(workload: dict[str, Any]) -> bool:
+def has_condition(workload: dict[str, Any], kind: str) -> bool:
+    """A Kueue Workload's condition `kind` (Admitted, Finished) is True."""
     return any(
-        c.get("type") == "Admitted" and c.get("status") == "True"
+        c.get("type") == kind and c.get("status") == "True"
         for c in (workload.get("status") or {}).get("conditions") or []
     )
+
+
+def _admitted(workload: dict[str, Any]) -> bool:
+    return has_condition(workload, "Admitted")
 
 
 def _queued(status: dict[str, Any], workload: dict[str, Any], ahead: list[dict[str, Any]]) -> Answer:
