@@ -6,7 +6,7 @@ import copy
 from dataclasses import dataclass
 from typing import Any
 
-from . import api, gang
+from . import api, gang, replica_groups
 from .rendezvous import merge_env, overridable_defaults, rendezvous_env
 from .spec import JobSpec, trainer_container
 
@@ -55,6 +55,20 @@ def worker_selector(job: str) -> dict[str, str]:
 
 
 def build_service(job: JobRef, spec: JobSpec) -> dict[str, Any]:
+    ports = [
+        {
+            "name": api.RENDEZVOUS_PORT_NAME,
+            "port": spec.rendezvous.port,
+            "targetPort": spec.rendezvous.port,
+            "protocol": "TCP",
+        }
+    ]
+    selector = worker_selector(job.name)
+    if spec.fault_tolerance.torchft:
+        # The Lighthouse's DNS name is its hostname under this Service, so the Service selects it too.
+        selector = {api.LABEL_JOB_NAME: job.name}
+        port = spec.fault_tolerance.lighthouse_port
+        ports.append({"name": replica_groups.PORT_NAME, "port": port, "targetPort": port, "protocol": "TCP"})
     return {
         "apiVersion": "v1",
         "kind": "Service",
@@ -63,15 +77,8 @@ def build_service(job: JobRef, spec: JobSpec) -> dict[str, Any]:
             "clusterIP": "None",
             # Workers resolve worker-0 before it is Ready: the rendezvous is what makes them ready.
             "publishNotReadyAddresses": True,
-            "selector": worker_selector(job.name),
-            "ports": [
-                {
-                    "name": api.RENDEZVOUS_PORT_NAME,
-                    "port": spec.rendezvous.port,
-                    "targetPort": spec.rendezvous.port,
-                    "protocol": "TCP",
-                }
-            ],
+            "selector": selector,
+            "ports": ports,
         },
     }
 
@@ -102,6 +109,12 @@ def build_network_policy(job: JobRef) -> dict[str, Any]:
 
 def build_podgroup(job: JobRef, name: str, size: int, attempt: int) -> dict[str, Any]:
     return gang.build_podgroup(owner_reference(job), job_labels(job.name), job.namespace, name, size, attempt)
+
+
+def build_lighthouse_pod(job: JobRef, spec: JobSpec) -> dict[str, Any]:
+    return replica_groups.build_lighthouse_pod(
+        job.name, job.namespace, spec, job_labels(job.name), owner_reference(job)
+    )
 
 
 def worker_labels(job: str, index: int, attempt: int) -> dict[str, str]:

@@ -21,6 +21,7 @@ that the next pass cannot finish, and a pass that runs twice on the same state d
 from __future__ import annotations
 
 import copy
+import dataclasses
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -42,12 +43,20 @@ from . import (
     progress_step,
     recoveries,
     replace_pod,
+    replica_groups,
     resize_policy,
     termination,
 )
 from . import conditions as c
 from .attempt_status import drop_restart_clock, new_group, sized, start_no_sooner
-from .builders import JobRef, build_network_policy, build_podgroup, build_service, build_worker_pod
+from .builders import (
+    JobRef,
+    build_lighthouse_pod,
+    build_network_policy,
+    build_podgroup,
+    build_service,
+    build_worker_pod,
+)
 from .capacity import GROW, SHRINK, size_to_start
 from .no_progress import (
     Liveness,
@@ -145,6 +154,8 @@ def plan_reconcile(obs: Observed, settings: PlannerSettings = PlannerSettings())
     if len({p["metadata"]["name"] for p in obs.pods}) < len(obs.pods):
         plan.requeue(DUPLICATE_NAME_RETRY_SECONDS)
         return plan
+    workers, lighthouses = replica_groups.split(obs.pods)
+    obs = dataclasses.replace(obs, pods=workers)
     old = status_of(job)
     status = copy.deepcopy(old)
     if "attempt" not in status:
@@ -158,6 +169,7 @@ def plan_reconcile(obs: Observed, settings: PlannerSettings = PlannerSettings())
     status.setdefault("sizeText", f"{status['replicas']}/{status['desiredReplicas']}")
 
     status = _plan_steps(obs, settings, ref, spec, status, plan)
+    replica_groups.lighthouse_step(spec, status, workers, lighthouses, plan, lambda: build_lighthouse_pod(ref, spec))
     if status != old:
         plan.status = status
     return plan
@@ -482,7 +494,8 @@ def _success_policy(obs: Observed, spec: JobSpec, status: JobStatus, pods: Sorte
     replicas = status["replicas"]
     done = [p for p in pods.current.values() if (p.get("status") or {}).get("phase") == "Succeeded"]
     done_indices = {i for i, p in pods.current.items() if p in done}
-    if len(done) < replicas and not replace_pod.finished_without_replacement(status, done_indices):
+    torchft = spec.fault_tolerance.torchft
+    if len(done) < replicas and not replace_pod.finished_without_replacement(status, done_indices, torchft):
         return None
     # In-place restarts after the last scrape are only in the pods' termination records.
     in_place.take_in(obs, spec, status, plan, [failures.in_place_restarts_of(p) for p in done])
@@ -622,10 +635,11 @@ def _readiness(
         status.update(c.enter_phase(status, c.PENDING, "PodsNotRunning", f"{running}/{replicas} pods running", obs.now))
     if status.get("replacing") and phase == c.RUNNING and replace_pod.done(status, pods.current, running):
         recoveries.close(status, obs.now, plan)
-        if spec.run_policy.restart_strategy == IN_PLACE:
+        if spec.run_policy.restart_strategy == IN_PLACE and not spec.fault_tolerance.torchft:
             in_place.expect_join(status, obs.now)
     if status.get("phase") != c.RUNNING:
         return
+    replica_groups.show_degraded(status, spec, running, obs.now)
     progress_step.take_progress(
         obs,
         status,

@@ -17,12 +17,22 @@ from .timefmt import format_time, parse_time
 
 LIMIT = 10  # entries kept: a status is one object, read whole on every pass
 IN_PLACE, POD_REPLACED, GROUP_RECREATED = "InPlace", "PodReplaced", "GroupRecreated"
+REPLICA_GROUP_REPLACED = "ReplicaGroupReplaced"  # TorchFT: the other groups trained on (replica_groups.py)
 
 
 def record(
-    status: JobStatus, now: datetime, how: str, cause: Failure | None, message: str, done: bool = False
+    status: JobStatus,
+    now: datetime,
+    how: str,
+    cause: Failure | None,
+    message: str,
+    done: bool = False,
+    ranks: int | None = None,
+    steps_lost: int | None = None,
 ) -> Recovery:
-    """Append an entry for a recovery that starts now (or, `done`, one that already happened in place)."""
+    """Append an entry for a recovery that starts now (or, `done`, one that already happened in place). `ranks`:
+    the ranks that stop until it is done (default: all of them); `steps_lost`: when known better than the steps
+    since the last checkpoint (a replica group heals from a live peer: none)."""
     progress = status.get("progress") or {}
     entry: Recovery = {
         "time": format_time(cause.at if cause is not None and cause.at is not None else now),
@@ -38,8 +48,10 @@ def record(
         entry["step"] = progress["step"]
         if isinstance(progress.get("checkpointStep"), int):
             entry["stepsLost"] = max(0, progress["step"] - progress["checkpointStep"])
+    if steps_lost is not None:
+        entry["stepsLost"] = steps_lost
     if not done:
-        entry["ranks"] = status.get("worldSize", 0)
+        entry["ranks"] = ranks if ranks is not None else status.get("worldSize", 0)
     kept = [*(status.get("recoveries") or []), entry][-LIMIT:]
     status["recoveries"] = kept
     return entry

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from . import api
+from .replica_groups import replica_group_env
 from .spec import IN_PLACE, JobSpec
 
 # A finite collective timeout turns a hung rank into a failed pod, which the operator can restart. It must outlast
@@ -101,6 +102,10 @@ def rendezvous_env(
     host_pod: str | None = None,
 ) -> list[dict]:
     """The variables the operator owns, in a stable order (a pod's env is compared by tests and humans)."""
+    if spec.fault_tolerance.torchft:
+        return _replica_group_env(
+            job=job, namespace=namespace, spec=spec, index=index, attempt=attempt, restarts=restarts, size=size
+        )
     host = rendezvous_host(job, namespace, host_pod)
     port = spec.rendezvous.port
     conf = (
@@ -118,6 +123,13 @@ def rendezvous_env(
         "PET_NODE_RANK": str(index),
         "MASTER_ADDR": host,
         "MASTER_PORT": str(port),
+        **_job_env(job, namespace, spec, index, attempt, restarts),
+    }
+    return _with_pod_ip(plain)
+
+
+def _job_env(job: str, namespace: str, spec: JobSpec, index: int, attempt: int, restarts: int) -> dict[str, str]:
+    return {
         "TORCHELASTIC_ERROR_FILE": api.TERMINATION_LOG,
         "DDPJOB_NAME": job,
         "DDPJOB_NAMESPACE": namespace,
@@ -126,9 +138,29 @@ def rendezvous_env(
         "DDPJOB_RESTARTS": str(restarts),
         "DDPJOB_COLLECTIVE_TIMEOUT_SECONDS": str(collective_timeout(spec)),
     }
+
+
+def _with_pod_ip(plain: dict[str, str]) -> list[dict]:
     env: list[dict[str, Any]] = [{"name": k, "value": v} for k, v in plain.items()]
     env.append({"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}})
     return env
+
+
+def _replica_group_env(
+    *, job: str, namespace: str, spec: JobSpec, index: int, attempt: int, restarts: int, size: int | None
+) -> list[dict]:
+    """TorchFT: each pod is a replica group of its own, a standalone torchrun group (no pod waits on another's
+    rendezvous), kept in step with the others by the Lighthouse (replica_groups.py). A failed process ends its
+    pod (no torchrun restarts): the pod is replaced alone and heals from a peer."""
+    plain = {
+        "PET_NNODES": "1",
+        "PET_NPROC_PER_NODE": str(spec.procs_per_pod),
+        "PET_STANDALONE": "1",
+        "PET_MAX_RESTARTS": "0",
+        **replica_group_env(spec, job=job, namespace=namespace, index=index, size=size),
+        **_job_env(job, namespace, spec, index, attempt, restarts),
+    }
+    return _with_pod_ip(plain)
 
 
 def merge_env(user_env: list[dict], owned: list[dict], defaults: dict[str, str] | None = None) -> list[dict]:

@@ -6,7 +6,11 @@ their torchrun agents, whose workers failed with the peer, restart them in place
 the group when it joins the same rendezvous (same attempt, same id). An elastic job's agents accept min..size nodes
 (rendezvous.nnodes), so they train on at the smaller size while the replacement is pending.
 
-The group is recreated instead when that cannot work:
+Under faultTolerance.mode: TorchFT every pod is a replica group of its own (replica_groups.py): any lost pod, pod 0
+and several at once included, is replaced alone, and the survivors never stop (torchft drops the dead group from
+its quorum).
+
+Otherwise the group is recreated instead when that cannot work:
 - the lost pod is pod 0: its agent hosts the rendezvous store every agent talks to;
 - more than one pod ended at once, or the cause is the group's own (no progress, a rendezvous that timed out).
 
@@ -41,19 +45,22 @@ def replaced_uids(status: JobStatus) -> set[str]:
     return set((status.get("replacing") or {}).values())
 
 
-def pod_to_replace(
+def pods_to_replace(
     spec: JobSpec, found: list[Failure], current: dict[int, dict[str, Any]]
-) -> tuple[int, dict[str, Any]] | None:
-    """(index, pod) of the one lost pod to replace alone, or None when the group must be recreated."""
-    if spec.run_policy.restart_strategy != IN_PLACE or len(found) != 1:
+) -> list[tuple[int, dict[str, Any]]] | None:
+    """(index, pod) of each lost pod to replace alone, or None when the group must be recreated."""
+    torchft = spec.fault_tolerance.torchft
+    if not found or any(f.kind not in LOST_KINDS for f in found):
         return None
-    (cause,) = found
-    if cause.kind not in LOST_KINDS:
+    if not torchft and (spec.run_policy.restart_strategy != IN_PLACE or len(found) != 1):
         return None
-    for index, pod in current.items():
-        if pod["metadata"]["name"] == cause.pod:
-            return (index, pod) if index != 0 else None
-    return None  # a pod that is missing altogether: its uid is gone, recreate
+    by_name = {pod["metadata"]["name"]: (index, pod) for index, pod in current.items()}
+    if any(f.pod not in by_name for f in found):
+        return None  # a pod that is missing altogether: its uid is gone, recreate
+    targets = [by_name[f.pod] for f in found]
+    if not torchft and targets[0][0] == 0:
+        return None  # pod 0 hosts the rendezvous store every agent talks to
+    return targets
 
 
 def replace_alone(
@@ -67,16 +74,24 @@ def replace_alone(
     message: str,
     plan: Plan,
 ) -> bool:
-    """Replace the one lost pod alone when that works (pod_to_replace); False: recreate the group instead."""
-    target = pod_to_replace(spec, found, current)
-    if target is None:
+    """Replace the lost pods alone when that works (pods_to_replace); False: recreate the group instead."""
+    targets = pods_to_replace(spec, found, current)
+    if targets is None:
         return False
-    recoveries.record(status, now, recoveries.POD_REPLACED, cause, message)
-    replace(status, *target, cause, kind, plan)
+    if spec.fault_tolerance.torchft:
+        # Only the lost groups' ranks stop; the survivors lose no step (the newcomer heals from them).
+        ranks = spec.procs_per_pod * len(targets)
+        recoveries.record(status, now, recoveries.REPLICA_GROUP_REPLACED, cause, message, ranks=ranks, steps_lost=0)
+    else:
+        recoveries.record(status, now, recoveries.POD_REPLACED, cause, message)
+    for index, pod in targets:
+        replace(spec, status, index, pod, cause, kind, plan)
     return True
 
 
-def replace(status: JobStatus, index: int, pod: dict[str, Any], cause: Failure, kind: str, plan: Plan) -> None:
+def replace(
+    spec: JobSpec, status: JobStatus, index: int, pod: dict[str, Any], cause: Failure, kind: str, plan: Plan
+) -> None:
     """Record the decision to replace `pod` alone; the next pass acts on it."""
     replacing = dict(status.get("replacing") or {})
     replacing[str(index)] = pod["metadata"]["uid"]
@@ -85,16 +100,25 @@ def replace(status: JobStatus, index: int, pod: dict[str, Any], cause: Failure, 
         status["restarts"] = status.get("restarts", 0) + 1
     else:
         status["platformRestarts"] = status.get("platformRestarts", 0) + 1
-    # The survivors' agents restart their workers for this loss too (their collectives failed with the peer), and
-    # worker 0 reports that restart: it is this failure's, already counted.
-    status["inPlace"] = {"attempt": status["attempt"], "restarts": in_place.counted(status) + 1}
-    plan.event(
-        "Warning",
-        "ReplacingPod",
-        f"{cause.describe()}; replacing pod {pod['metadata']['name']} alone in attempt {status['attempt']}: the "
-        "other pods keep running and take the replacement into their group",
-    )
-    plan.observe("group_restarts", reason="PodReplaced")
+    name = pod["metadata"]["name"]
+    if spec.fault_tolerance.torchft:
+        message = (
+            f"{cause.describe()}; replacing replica group {index} (pod {name}) alone: the other groups train on "
+            "without it, and the replacement heals from a live peer"
+        )
+        plan.event("Warning", "ReplacingReplicaGroup", message)
+        plan.observe("group_restarts", reason="ReplicaGroupReplaced")
+    else:
+        # The survivors' agents restart their workers for this loss too (their collectives failed with the peer),
+        # and worker 0 reports that restart: it is this failure's, already counted.
+        status["inPlace"] = {"attempt": status["attempt"], "restarts": in_place.counted(status) + 1}
+        plan.event(
+            "Warning",
+            "ReplacingPod",
+            f"{cause.describe()}; replacing pod {name} alone in attempt {status['attempt']}: the other pods keep "
+            "running and take the replacement into their group",
+        )
+        plan.observe("group_restarts", reason="PodReplaced")
     plan.requeue(0)
 
 
@@ -106,11 +130,13 @@ def done(status: JobStatus, current: dict[int, dict[str, Any]], running: int) ->
     return False
 
 
-def finished_without_replacement(status: JobStatus, done_indices: set[int]) -> bool:
-    """InPlace elastic: the survivors may finish the training while a lost pod's replacement still waits for
-    room. Their group was complete without it, and the replacement is cleaned up with the job."""
+def finished_without_replacement(status: JobStatus, done_indices: set[int], torchft: bool = False) -> bool:
+    """The survivors may finish the training while a lost pod's replacement still waits (InPlace elastic: for
+    room; TorchFT: any group, for its replacement to start). Their group was complete without it, and the
+    replacement is cleaned up with the job."""
     replacing = not_missing(status)
-    return bool(replacing) and 0 in done_indices and done_indices | replacing >= set(range(status["replicas"]))
+    finisher = bool(done_indices) if torchft else 0 in done_indices
+    return bool(replacing) and finisher and done_indices | replacing >= set(range(status["replicas"]))
 
 
 def not_missing(status: JobStatus) -> set[int]:

@@ -10,6 +10,7 @@ from . import api
 
 RESTART_POLICIES = ("OnFailure", "ExitCode", "Never")
 RECREATE, IN_PLACE = "Recreate", "InPlace"  # runPolicy.restartStrategy (in_place.py)
+NO_FAULT_TOLERANCE, TORCHFT = "None", "TorchFT"  # faultTolerance.mode (replica_groups.py)
 CLEAN_POD_POLICIES = ("All", "Running", "None")
 # 512 MiB per rank at 8 ranks a pod. A memory-backed emptyDir is charged to the pod's memory only as it fills.
 DEFAULT_SHM_SIZE = "4Gi"
@@ -51,6 +52,27 @@ class Rendezvous:
 
 
 @dataclass(frozen=True)
+class FaultTolerance:
+    """spec.faultTolerance: TorchFT makes each pod a torchft replica group, kept in step by the job's Lighthouse
+    (replica_groups.py). The defaults are the measured trade-off (docs/fault-tolerance.md): a dead group costs the
+    survivors about heartbeat + quorum tick of stall; shorter heartbeats evict healthy groups under load."""
+
+    mode: str = NO_FAULT_TOLERANCE
+    lighthouse_port: int = 29510
+    heartbeat_timeout_ms: int = 1000
+    quorum_tick_ms: int = 100
+    join_timeout_ms: int = 1000
+    # The Manager's own deadlines (torchft's TORCHFT_*_SEC): a collective or quorum that outlasts them fails the step,
+    # and the group drops out and heals, instead of holding its peers.
+    timeout_seconds: int = 60
+    quorum_timeout_seconds: int = 900
+
+    @property
+    def torchft(self) -> bool:
+        return self.mode == TORCHFT
+
+
+@dataclass(frozen=True)
 class JobSpec:
     replicas: int = 1
     nproc_per_node: int | str = "auto"
@@ -62,6 +84,7 @@ class JobSpec:
     template: dict[str, Any] = field(default_factory=dict)
     network_policy: bool = False
     shm_size: str = DEFAULT_SHM_SIZE  # "0" adds no /dev/shm volume
+    fault_tolerance: FaultTolerance = field(default_factory=FaultTolerance)
 
     @property
     def grace_seconds(self) -> int:
@@ -100,6 +123,8 @@ def parse_spec(raw: dict[str, Any]) -> JobSpec:
     elastic = raw.get("elastic")
     run = raw.get("runPolicy") or {}
     rdzv = raw.get("rendezvous") or {}
+    ft = raw.get("faultTolerance") or {}
+    lighthouse = ft.get("lighthouse") or {}
     nproc = raw.get("nprocPerNode", "auto")
     if isinstance(nproc, str) and nproc != "auto":
         nproc = int(nproc) if nproc.isdigit() else "auto"
@@ -138,4 +163,13 @@ def parse_spec(raw: dict[str, Any]) -> JobSpec:
         template=raw.get("template") or {},
         network_policy=bool(raw.get("networkPolicy", False)),
         shm_size=str(raw.get("shmSize", DEFAULT_SHM_SIZE)),
+        fault_tolerance=FaultTolerance(
+            mode=str(ft.get("mode", NO_FAULT_TOLERANCE)),
+            lighthouse_port=int(lighthouse.get("port", 29510)),
+            heartbeat_timeout_ms=int(lighthouse.get("heartbeatTimeoutMilliseconds", 1000)),
+            quorum_tick_ms=int(lighthouse.get("quorumTickMilliseconds", 100)),
+            join_timeout_ms=int(lighthouse.get("joinTimeoutMilliseconds", 1000)),
+            timeout_seconds=int(ft.get("timeoutSeconds", 60)),
+            quorum_timeout_seconds=int(ft.get("quorumTimeoutSeconds", 900)),
+        ),
     )

@@ -1,0 +1,186 @@
+"""faultTolerance.mode: TorchFT, torchft replica groups (pure).
+
+Each worker pod is one replica group: its own torchrun group inside the pod (standalone, so no pod hosts a
+rendezvous another pod needs), kept in step with the other groups by torchft's Manager, which asks the job's
+Lighthouse for a quorum every step. A group that dies drops out of the quorum after the Lighthouse's heartbeat
+timeout and the others train on; its pod is replaced alone, and the newcomer heals from a live peer (weights and
+optimizer over the network, no checkpoint read).
+
+The Lighthouse is one pod per job, `<job>-lighthouse`, reached through the job's headless Service (which selects
+it too) at `<job>-lighthouse.<job>.<ns>.svc:<port>`. It runs from the trainer's image, which carries torchft
+(`torchft_lighthouse`). It lives while the job may run: created with the workers, after Kueue's admission, and
+deleted when the job is suspended or ends. One that ended is deleted and made again; the groups' Managers reach
+the new one at their next quorum. It has no tracking finalizer: its end is no failure to count."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any
+
+from . import api
+from . import conditions as c
+from .plan import Plan
+from .spec import JobSpec, trainer_container
+from .status import JobStatus
+
+COMPONENT = "lighthouse"
+PORT_NAME = "lighthouse"
+DEGRADED = "Degraded"
+# A small CPU process: it keeps the quorum's membership and heartbeats in memory.
+LIGHTHOUSE_RESOURCES = {"requests": {"cpu": "100m", "memory": "64Mi"}, "limits": {"memory": "256Mi"}}
+
+
+def lighthouse_name(job: str) -> str:
+    return f"{job}-lighthouse"
+
+
+def lighthouse_address(job: str, namespace: str, port: int) -> str:
+    """What TORCHFT_LIGHTHOUSE holds: the pod's stable DNS name under the job's headless Service."""
+    return f"http://{lighthouse_name(job)}.{job}.{namespace}.svc:{port}"
+
+
+def min_replicas(spec: JobSpec) -> int:
+    """The fewest groups that may train: elastic.minReplicas when set, else 1 (any survivor trains on)."""
+    return spec.elastic.min_replicas if spec.elastic is not None else 1
+
+
+def is_lighthouse(pod: dict[str, Any]) -> bool:
+    return (pod["metadata"].get("labels") or {}).get(api.LABEL_COMPONENT) == COMPONENT
+
+
+def split(pods: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(workers, lighthouses) of one job's pods."""
+    lighthouses = [p for p in pods if is_lighthouse(p)]
+    return [p for p in pods if not is_lighthouse(p)], lighthouses
+
+
+def replica_group_env(spec: JobSpec, *, job: str, namespace: str, index: int, size: int | None) -> dict[str, str]:
+    """What torchft's Manager and the trainer read, for replica group `index` of `size`."""
+    ft = spec.fault_tolerance
+    return {
+        "TORCHFT_LIGHTHOUSE": lighthouse_address(job, namespace, ft.lighthouse_port),
+        "REPLICA_GROUP_ID": str(index),
+        "NUM_REPLICA_GROUPS": str(size if size is not None else spec.replicas),
+        "TORCHFT_MIN_REPLICAS": str(min_replicas(spec)),
+        "TORCHFT_TIMEOUT_SEC": str(ft.timeout_seconds),
+        "TORCHFT_QUORUM_TIMEOUT_SEC": str(ft.quorum_timeout_seconds),
+        "TORCHFT_CONNECT_TIMEOUT_SEC": str(ft.timeout_seconds),
+    }
+
+
+def lighthouse_args(spec: JobSpec) -> list[str]:
+    ft = spec.fault_tolerance
+    return [
+        # The pod's own address, not [::]: on the local node every pod shares the machine's network.
+        f"--bind=$(POD_IP):{ft.lighthouse_port}",
+        f"--min_replicas={min_replicas(spec)}",
+        f"--join_timeout_ms={ft.join_timeout_ms}",
+        f"--quorum_tick_ms={ft.quorum_tick_ms}",
+        f"--heartbeat_timeout_ms={ft.heartbeat_timeout_ms}",
+    ]
+
+
+def build_lighthouse_pod(
+    job_name: str, namespace: str, spec: JobSpec, labels: dict[str, str], owner: dict[str, Any]
+) -> dict[str, Any]:
+    """The job's Lighthouse: the trainer's image, node selection and pull secrets, none of its GPUs."""
+    pod_spec = (spec.template.get("spec") or {}) if spec.template else {}
+    trainer = trainer_container(pod_spec.get("containers", [])) or {}
+    kept = {
+        k: copy.deepcopy(pod_spec[k])
+        for k in ("nodeSelector", "tolerations", "imagePullSecrets", "priorityClassName", "securityContext")
+        if k in pod_spec
+    }
+    container: dict[str, Any] = {
+        "name": COMPONENT,
+        "image": trainer.get("image", ""),
+        "command": ["torchft_lighthouse"],
+        "args": lighthouse_args(spec),
+        "env": [{"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}],
+        "ports": [{"name": PORT_NAME, "containerPort": spec.fault_tolerance.lighthouse_port, "protocol": "TCP"}],
+        "resources": copy.deepcopy(LIGHTHOUSE_RESOURCES),
+        "terminationMessagePolicy": "FallbackToLogsOnError",
+    }
+    if "imagePullPolicy" in trainer:
+        container["imagePullPolicy"] = trainer["imagePullPolicy"]
+    name = lighthouse_name(job_name)
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "labels": {**labels, api.LABEL_COMPONENT: COMPONENT},
+            "ownerReferences": [owner],
+        },
+        "spec": {
+            **kept,
+            "restartPolicy": "Never",
+            "hostname": name,
+            "subdomain": job_name,
+            "automountServiceAccountToken": False,
+            "terminationGracePeriodSeconds": 5,
+            "containers": [container],
+        },
+    }
+
+
+def plan_lighthouse(
+    wanted: bool, lighthouses: list[dict[str, Any]], build: Callable[[], dict[str, Any]]
+) -> tuple[list[dict[str, Any]], list[str]]:
+    """(pods to create, pod names to delete) so that exactly one live Lighthouse exists while `wanted`, none
+    otherwise. `build()` makes the manifest. One that ended is deleted; its successor comes once it is gone (the
+    name is the DNS name the groups know)."""
+    live = [p for p in lighthouses if not p["metadata"].get("deletionTimestamp")]
+    ended = [p for p in live if (p.get("status") or {}).get("phase") in ("Succeeded", "Failed")]
+    if not wanted:
+        return [], [p["metadata"]["name"] for p in live]
+    if ended:
+        return [], [p["metadata"]["name"] for p in ended]
+    if lighthouses:
+        return [], []  # running, starting, or the old one still going away
+    return [build()], []
+
+
+def lighthouse_step(
+    spec: JobSpec,
+    status: JobStatus,
+    workers: list[dict[str, Any]],
+    lighthouses: list[dict[str, Any]],
+    plan: Plan,
+    build: Callable[[], dict[str, Any]],
+) -> None:
+    """The planner's Lighthouse step, after the others: it lives while the job's workers may run (it is made with
+    the first workers, so after Kueue's admission), and goes when the job is suspended or ends."""
+    phase = status.get("phase")
+    wanted = (
+        spec.fault_tolerance.torchft
+        and not c.is_terminal(phase)
+        and phase != c.SUSPENDED
+        and bool(plan.create_pods or workers)
+    )
+    create, delete = plan_lighthouse(wanted, lighthouses, build)
+    plan.create_pods[:0] = create  # before the workers: their Managers ask it for a quorum first thing
+    plan.delete_pods += [name for name in delete if name not in plan.delete_pods]
+    if create and workers:
+        plan.event("Normal", "LighthouseCreated", f"created the Lighthouse pod {create[0]['metadata']['name']} again")
+
+
+def show_degraded(status: JobStatus, spec: JobSpec, running: int, now: datetime) -> None:
+    """SIZE says how many groups train now; Degraded is True while fewer than desired do (and only appears once a
+    group was missing)."""
+    if not spec.fault_tolerance.torchft:
+        return
+    replicas = status["replicas"]
+    conditions = status.get("conditions") or []
+    if running < replicas:
+        message = (
+            f"{running} of {replicas} replica groups train; the missing ones are being replaced and heal from a peer"
+        )
+        status["conditions"] = c.set_condition(conditions, DEGRADED, "True", "ReplicaGroupsMissing", message, now)
+    else:
+        message = f"all {replicas} replica groups train"
+        status["conditions"] = c.clear_condition(conditions, DEGRADED, "AllReplicaGroups", message, now)
+    status["sizeText"] = f"{running}/{status.get('desiredReplicas', replicas)}"

@@ -1,0 +1,214 @@
+"""faultTolerance.mode: TorchFT (replica_groups.py, replace_pod.py, rendezvous.py): each pod a replica group of its
+own, the job's Lighthouse made and removed with the job's life, a lost group replaced alone (pod 0 and several at
+once included) while the job stays Running, Degraded, with the replacement counted against its budget."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from ddpjob_operator import api, recoveries, replica_groups
+from ddpjob_operator.builders import JobRef, build_lighthouse_pod, build_service, build_worker_pod
+from ddpjob_operator.planner import PlannerSettings, plan_reconcile
+from ddpjob_operator.spec import parse_spec
+
+from job_builders import NOW, NS, UID, make_job, make_pod, observe, running_pods
+
+SETTINGS = PlannerSettings(node_lost_grace_seconds=30, terminating_grace_seconds=60)
+LIGHTHOUSE = "a-lighthouse"
+
+
+def torchft(job, **ft):
+    job.obj["spec"]["faultTolerance"] = {"mode": "TorchFT", **ft}
+    return job
+
+
+def lighthouse_pod(phase="Running", deleting=False):
+    spec = parse_spec(torchft(make_job("a")).build()["spec"])
+    pod = build_lighthouse_pod(JobRef("a", NS, UID), spec)
+    pod["metadata"]["uid"] = "lh-1"
+    pod["status"] = {"phase": phase}
+    if deleting:
+        pod["metadata"]["deletionTimestamp"] = "2026-11-25T09:00:00Z"
+    return pod
+
+
+def plan_with(job, pods, now=NOW):
+    return plan_reconcile(observe(job.build(), pods, now=now), SETTINGS)
+
+
+def env_of(pod) -> dict[str, str]:
+    return {e["name"]: e.get("value") for e in pod["spec"]["containers"][0]["env"]}
+
+
+def test_each_pod_is_a_standalone_replica_group_that_knows_the_lighthouse():
+    spec = parse_spec(torchft(make_job("a").replicas(3).elastic(2, 3)).build()["spec"])
+    pod = build_worker_pod(JobRef("a", NS, UID), spec, index=2, attempt=0, restarts=0, size=3)
+    env = env_of(pod)
+    assert env["TORCHFT_LIGHTHOUSE"] == f"http://a-lighthouse.a.{NS}.svc:29510"
+    assert (env["REPLICA_GROUP_ID"], env["NUM_REPLICA_GROUPS"], env["TORCHFT_MIN_REPLICAS"]) == ("2", "3", "2")
+    assert (env["PET_NNODES"], env["PET_STANDALONE"], env["PET_MAX_RESTARTS"]) == ("1", "1", "0")
+    # No pod hosts a rendezvous another needs: no endpoint, no MASTER_ADDR to wait on.
+    assert not {"PET_RDZV_ENDPOINT", "MASTER_ADDR", "PET_NODE_RANK"} & set(env)
+    assert env["TORCHFT_TIMEOUT_SEC"] == "60" and env["TORCHFT_QUORUM_TIMEOUT_SEC"] == "900"
+
+
+def test_without_torchft_no_replica_group_env():
+    spec = parse_spec(make_job("a").replicas(2).build()["spec"])
+    env = env_of(build_worker_pod(JobRef("a", NS, UID), spec, index=1, attempt=0, restarts=0))
+    assert "TORCHFT_LIGHTHOUSE" not in env and env["PET_NNODES"] == "2"
+
+
+@pytest.mark.parametrize("elastic, want_min", [(None, "1"), ((2, 4), "2")])
+def test_the_lighthouse_pod_runs_torchft_lighthouse_from_the_trainer_image(elastic, want_min):
+    job = torchft(make_job("a").replicas(4), lighthouse={"heartbeatTimeoutMilliseconds": 700})
+    if elastic:
+        job.elastic(*elastic)
+    job.pod_spec(nodeSelector={"pool": "gpu"})
+    pod = build_lighthouse_pod(JobRef("a", NS, UID), parse_spec(job.build()["spec"]))
+    (container,) = pod["spec"]["containers"]
+    assert container["image"] == "example.invalid/trainer:1" and container["command"] == ["torchft_lighthouse"]
+    assert f"--min_replicas={want_min}" in container["args"]
+    assert "--heartbeat_timeout_ms=700" in container["args"] and "--bind=$(POD_IP):29510" in container["args"]
+    assert api.GPU_RESOURCE not in str(container["resources"])
+    assert (pod["spec"]["hostname"], pod["spec"]["subdomain"]) == (LIGHTHOUSE, "a")
+    assert pod["spec"]["nodeSelector"] == {"pool": "gpu"}
+    assert pod["metadata"]["labels"][api.LABEL_COMPONENT] == "lighthouse"
+    assert "finalizers" not in pod["metadata"]  # its end is no failure to count
+
+
+def test_the_headless_service_selects_the_lighthouse_and_serves_its_port():
+    spec = parse_spec(torchft(make_job("a")).build()["spec"])
+    service = build_service(JobRef("a", NS, UID), spec)
+    assert service["spec"]["selector"] == {api.LABEL_JOB_NAME: "a"}
+    assert {p["name"]: p["port"] for p in service["spec"]["ports"]} == {"rendezvous": 29400, "lighthouse": 29510}
+    plain = build_service(JobRef("a", NS, UID), parse_spec(make_job("a").build()["spec"]))
+    assert plain["spec"]["selector"][api.LABEL_COMPONENT] == "worker"
+
+
+def test_a_new_job_creates_the_lighthouse_first_with_its_workers():
+    plan = plan_with(torchft(make_job("a").replicas(2)), [])
+    assert [p["metadata"]["name"] for p in plan.create_pods] == [LIGHTHOUSE, "a-worker-0", "a-worker-1"]
+
+
+def test_a_lighthouse_is_not_a_worker():
+    """It is never counted as a pod of the attempt, nor deleted as a stale one."""
+    job = torchft(make_job("a").replicas(2)).running()
+    plan = plan_with(job, [*running_pods("a", 2), lighthouse_pod()])
+    assert plan.create_pods == [] and plan.delete_pods == []
+    assert plan.status is None or plan.status["phase"] == "Running"
+
+
+@pytest.mark.parametrize("lighthouses, want_create, want_delete", [
+    ([], [LIGHTHOUSE], []),  # deleted by someone: made again
+    ([lighthouse_pod("Failed")], [], [LIGHTHOUSE]),  # ended: deleted first, its name is the DNS name
+    ([lighthouse_pod("Failed", deleting=True)], [], []),  # going: wait for it
+    ([lighthouse_pod("Pending")], [], []),
+])
+def test_the_lighthouse_is_kept_alive_while_the_job_runs(lighthouses, want_create, want_delete):
+    job = torchft(make_job("a").replicas(2)).running()
+    plan = plan_with(job, [*running_pods("a", 2), *lighthouses])
+    assert [p["metadata"]["name"] for p in plan.create_pods] == want_create
+    assert plan.delete_pods == want_delete
+
+
+def test_the_lighthouse_goes_when_the_job_ends_whatever_the_clean_pod_policy():
+    job = torchft(make_job("a").replicas(2).clean_pod_policy("None")).running()
+    done = [make_pod("a", i).succeeded().build() for i in range(2)]
+    plan = plan_with(job, [*done, lighthouse_pod()])
+    assert plan.status["phase"] == "Succeeded"
+    assert plan.delete_pods == [LIGHTHOUSE]
+
+
+def test_the_lighthouse_goes_when_the_job_is_suspended():
+    job = torchft(make_job("a").replicas(2).suspend()).running()
+    plan = plan_with(job, [*running_pods("a", 2), lighthouse_pod()])
+    assert plan.status["phase"] == "Suspended"
+    assert LIGHTHOUSE in plan.delete_pods
+
+
+@pytest.mark.parametrize("failed, how", [
+    ([0], "pod 0 too: it hosts nothing the others need"),
+    ([1], "one group"),
+    ([0, 2], "several groups at once"),
+])
+def test_lost_groups_are_replaced_alone_and_the_job_stays_running(failed, how):
+    job = torchft(make_job("a").replicas(3).backoff_limit(3)).running()
+    job.status(progress={"attempt": 0, "step": 120, "checkpointStep": 100})
+    pods = [make_pod("a", i).failed(exit_code=137, signal=9).build() if i in failed else make_pod("a", i).build()
+            for i in range(3)]
+    plan = plan_with(job, [*pods, lighthouse_pod()])
+    status = plan.status
+    assert status["phase"] == "Running" and status["attempt"] == 0, how
+    assert set(status["replacing"]) == {str(i) for i in failed}
+    assert [e.reason for e in plan.events].count("ReplacingReplicaGroup") == len(failed)
+    assert status["restarts"] + status.get("platformRestarts", 0) == len(failed)  # counted against a budget
+    (entry,) = status["recoveries"]
+    assert (entry["how"], entry["stepsLost"], entry["ranks"]) == (recoveries.REPLICA_GROUP_REPLACED, 0, len(failed))
+    assert LIGHTHOUSE not in plan.delete_pods
+
+
+def test_a_spent_budget_fails_the_job_instead_of_replacing():
+    job = torchft(make_job("a").replicas(2).backoff_limit(1)).running(restarts=1)
+    pods = [make_pod("a", 0).build(), make_pod("a", 1).failed(exit_code=1).build()]
+    plan = plan_with(job, [*pods, lighthouse_pod()])
+    assert plan.status["phase"] == "Failed" and "replacing" not in plan.status
+    assert plan.delete_pods == [LIGHTHOUSE] or LIGHTHOUSE in plan.delete_pods
+
+
+def replacing_job():
+    job = torchft(make_job("a").replicas(3)).running(restarts=1)
+    return job.status(replacing={"1": "pod-1-0"})
+
+
+def test_while_a_group_is_replaced_size_shows_the_groups_that_train_and_degraded_is_true():
+    old = make_pod("a", 1).failed(exit_code=137).build()
+    replacement = make_pod("a", 1).pending().build()
+    replacement["metadata"].update(name="a-worker-1-r", uid="pod-1-new")
+    plan = plan_with(replacing_job(), [make_pod("a", 0).build(), old, replacement, make_pod("a", 2).build(),
+                                       lighthouse_pod()])
+    status = plan.status
+    assert status["phase"] == "Running" and status["sizeText"] == "2/3"
+    degraded = next(c for c in status["conditions"] if c["type"] == replica_groups.DEGRADED)
+    assert degraded["status"] == "True" and degraded["reason"] == "ReplicaGroupsMissing"
+
+
+def test_once_the_replacement_runs_degraded_turns_false_and_the_recovery_closes():
+    job = replacing_job()
+    job.status(recoveries=[{"time": "2026-11-25T09:59:00Z", "how": "ReplicaGroupReplaced", "attempt": 0,
+                            "message": "m", "ranks": 1}],
+               conditions=[*job.obj["status"]["conditions"],
+                           {"type": "Degraded", "status": "True", "reason": "ReplicaGroupsMissing", "message": "",
+                            "lastTransitionTime": "2026-11-25T09:59:00Z"}])
+    replacement = make_pod("a", 1).build()
+    replacement["metadata"].update(name="a-worker-1-r", uid="pod-1-new")
+    plan = plan_with(job, [make_pod("a", 0).build(), replacement, make_pod("a", 2).build(), lighthouse_pod()])
+    status = plan.status
+    assert "replacing" not in status and status["sizeText"] == "3/3"
+    degraded = next(c for c in status["conditions"] if c["type"] == replica_groups.DEGRADED)
+    assert degraded["status"] == "False"
+    assert "recoverySeconds" in status["recoveries"][-1]
+    assert "Recovered" in [e.reason for e in plan.events]
+
+
+def test_survivors_that_finish_while_a_replacement_waits_end_the_job():
+    job = replacing_job()
+    pods = [make_pod("a", 0).succeeded().build(), make_pod("a", 2).succeeded().build(), lighthouse_pod()]
+    plan = plan_with(job, pods)
+    assert plan.status["phase"] == "Succeeded"
+
+
+def test_a_group_of_a_job_without_torchft_still_recreates_the_group():
+    job = make_job("a").replicas(3).running()
+    pods = [make_pod("a", 0).build(), make_pod("a", 1).failed(exit_code=1).build(), make_pod("a", 2).build()]
+    plan = plan_with(job, pods)
+    assert plan.status["attempt"] == 1 and "replacing" not in plan.status
+
+
+def test_spec_parses_the_lighthouse_settings():
+    spec = parse_spec(torchft(make_job("a"), lighthouse={"port": 30000, "joinTimeoutMilliseconds": 50},
+                              timeoutSeconds=5).build()["spec"])
+    ft = spec.fault_tolerance
+    assert (ft.torchft, ft.lighthouse_port, ft.join_timeout_ms, ft.timeout_seconds) == (True, 30000, 50, 5)
+    assert dataclasses.replace(ft, mode="None").torchft is False
