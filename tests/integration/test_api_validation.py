@@ -110,6 +110,17 @@ INVALID = [
      with_spec(runPolicy__restartStrategy="InPlace", elastic={"minReplicas": 1, "maxReplicas": 2, "maxRestarts": 2}),
      "spec.elastic.maxRestarts cannot be used with spec.runPolicy.restartStrategy: InPlace, whose in-place restarts "
      "count against spec.runPolicy.backoffLimit; remove maxRestarts and set backoffLimit instead"),
+    ("TorchFT beside InPlace", with_spec(faultTolerance={"mode": "TorchFT"}, runPolicy__restartStrategy="InPlace"),
+     "spec.faultTolerance.mode: TorchFT replaces a failed replica group's pod alone while the others train on; it "
+     "cannot be combined with spec.runPolicy.restartStrategy: InPlace"),
+    ("TorchFT beside torchrun's own restarts",
+     with_spec(faultTolerance={"mode": "TorchFT"}, elastic={"minReplicas": 1, "maxReplicas": 2, "maxRestarts": 2}),
+     "spec.elastic.maxRestarts cannot be used with spec.faultTolerance.mode: TorchFT"),
+    ("Lighthouse on the rendezvous port",
+     with_spec(faultTolerance={"mode": "TorchFT", "lighthouse": {"port": 29400}}),
+     "spec.faultTolerance.lighthouse.port must differ from spec.rendezvous.port"),
+    ("fault tolerance mode typo", with_spec(faultTolerance={"mode": "torchft"}),
+     'spec.faultTolerance.mode: Unsupported value: "torchft": supported values: "None", "TorchFT"'),
     ("no template", {"apiVersion": "ddpjob.dev/v1alpha1", "kind": "DDPJob", "metadata": {"name": "bad"},
                      "spec": {"replicas": 1}}, 'spec.template: Required value'),
 ]
@@ -146,6 +157,7 @@ def test_defaults_are_applied(kube, crds):
     ("shm size in bytes", with_spec(shmSize=1073741824)),
     ("metrics port 9400 with the NetworkPolicy", with_metrics_port(9400)),
     ("any metrics port without the NetworkPolicy", with_metrics_port(8080, network_policy=False)),
+    ("TorchFT with its defaults", with_spec(faultTolerance={"mode": "TorchFT"})),
 ])
 def test_valid_ports_process_counts_and_shm_sizes_are_accepted(kube, crds, name, manifest):
     res = kube("create", "--dry-run=server", "-f", "-", input=json.dumps(manifest), check=False)
@@ -156,6 +168,8 @@ def test_valid_ports_process_counts_and_shm_sizes_are_accepted(kube, crds, name,
     ("port", {"spec": {"rendezvous": {"port": 29500}}}, "spec.rendezvous.port is immutable"),
     ("restart policy", {"spec": {"restartPolicy": "Never"}}, "spec.restartPolicy is immutable"),
     ("gpus", {"spec": {"gpusPerReplica": 4}}, "spec.gpusPerReplica is immutable"),
+    ("fault tolerance mode", {"spec": {"faultTolerance": {"mode": "TorchFT"}}},
+     "spec.faultTolerance.mode is immutable; create a new DDPJob to change it"),
     ("template while not suspended", {"spec": {"template": {"spec": {"containers": [
         {"name": "trainer", "image": "example.invalid/other:2"}]}}}},
      "spec.template may only change while the job is suspended"),
@@ -190,7 +204,7 @@ def test_kubectl_explain_describes_the_spec(kube, crds):
 
 
 @pytest.mark.parametrize("example", ["gpu-2x8.yaml", "elastic-exitcode.yaml", "gpu-pvc.yaml", "digits.yaml",
-                                     "user-loop.yaml"])
+                                     "user-loop.yaml", "torchft.yaml"])
 def test_examples_are_accepted(kube, crds, example):
     path = Path(__file__).resolve().parents[2] / "examples" / example
     res = kube("apply", "--dry-run=server", "-f", str(path), check=False)

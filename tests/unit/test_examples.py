@@ -38,8 +38,9 @@ def checkpoint_dir(container: dict) -> str:
 
 def test_the_examples_are_there():
     assert {p.name for p in FILES} >= {"gpu-2x8.yaml", "gpu-pvc.yaml", "elastic-exitcode.yaml", "digits.yaml",
-                                       "user-loop.yaml"}
-    assert {p.name for p in gpu_examples()} == {"gpu-2x8.yaml", "gpu-pvc.yaml", "elastic-exitcode.yaml"}
+                                       "user-loop.yaml", "torchft.yaml"}
+    assert {p.name for p in gpu_examples()} == {"gpu-2x8.yaml", "gpu-pvc.yaml", "elastic-exitcode.yaml",
+                                                "torchft.yaml"}
 
 
 @pytest.mark.parametrize("path", FILES, ids=[p.name for p in FILES])
