@@ -212,3 +212,20 @@ def test_spec_parses_the_lighthouse_settings():
     ft = spec.fault_tolerance
     assert (ft.torchft, ft.lighthouse_port, ft.join_timeout_ms, ft.timeout_seconds) == (True, 30000, 50, 5)
     assert dataclasses.replace(ft, mode="None").torchft is False
+
+
+def test_a_lighthouse_on_a_lost_node_is_force_deleted_and_made_again():
+    """Unlike a worker it holds no device and no state, and every group waits on its name."""
+    from job_builders import make_node
+
+    job = torchft(make_job("a").replicas(2)).running()
+    stranded = lighthouse_pod()
+    stranded["spec"]["nodeName"] = "node-1"
+    nodes = [make_node("node-0"), make_node("node-1", ready=False, since=60)]
+    plan = plan_reconcile(observe(job.build(), [*running_pods("a", 2), stranded], nodes=nodes), SETTINGS)
+    assert plan.force_delete_pods == [LIGHTHOUSE] and plan.create_pods == []
+    assert "LighthouseLost" in [e.reason for e in plan.events]
+    # Within the node's grace it is left alone.
+    young = [make_node("node-0"), make_node("node-1", ready=False, since=5)]
+    plan = plan_reconcile(observe(job.build(), [*running_pods("a", 2), stranded], nodes=young), SETTINGS)
+    assert plan.force_delete_pods == [] and plan.delete_pods == []

@@ -169,7 +169,16 @@ def plan_reconcile(obs: Observed, settings: PlannerSettings = PlannerSettings())
     status.setdefault("sizeText", f"{status['replicas']}/{status['desiredReplicas']}")
 
     status = _plan_steps(obs, settings, ref, spec, status, plan)
-    replica_groups.lighthouse_step(spec, status, workers, lighthouses, plan, lambda: build_lighthouse_pod(ref, spec))
+    replica_groups.lighthouse_step(
+        ref.name,
+        spec,
+        status,
+        workers,
+        lighthouses,
+        plan,
+        build=lambda: build_lighthouse_pod(ref, spec),
+        lost=lambda pod: failures.node_lost(pod, obs.nodes, obs.now, settings.node_lost_grace_seconds),
+    )
     if status != old:
         plan.status = status
     return plan

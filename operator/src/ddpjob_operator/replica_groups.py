@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -127,30 +128,43 @@ def build_lighthouse_pod(
     }
 
 
+@dataclass(frozen=True)
+class LighthousePlan:
+    create: list[dict[str, Any]] = field(default_factory=list)
+    delete: list[str] = field(default_factory=list)
+    force_delete: list[str] = field(default_factory=list)
+
+
 def plan_lighthouse(
-    wanted: bool, lighthouses: list[dict[str, Any]], build: Callable[[], dict[str, Any]]
-) -> tuple[list[dict[str, Any]], list[str]]:
-    """(pods to create, pod names to delete) so that exactly one live Lighthouse exists while `wanted`, none
-    otherwise. `build()` makes the manifest. One that ended is deleted; its successor comes once it is gone (the
-    name is the DNS name the groups know)."""
+    wanted: bool, lighthouses: list[dict[str, Any]], build: Callable[[], dict[str, Any]], lost: Callable[[dict], bool]
+) -> LighthousePlan:
+    """Exactly one live Lighthouse while `wanted`, none otherwise. `build()` makes the manifest; `lost(pod)`: its
+    node is gone or NotReady past the node grace. One that ended is deleted and its successor comes once it is gone
+    (its name is the DNS name the groups know). One on a lost node is force-deleted at once: unlike a worker it
+    holds no device and no state (the groups keep the step), and every group waits on its name."""
     live = [p for p in lighthouses if not p["metadata"].get("deletionTimestamp")]
-    ended = [p for p in live if (p.get("status") or {}).get("phase") in ("Succeeded", "Failed")]
     if not wanted:
-        return [], [p["metadata"]["name"] for p in live]
+        return LighthousePlan(delete=[p["metadata"]["name"] for p in live])
+    stranded = [p["metadata"]["name"] for p in lighthouses if lost(p)]
+    if stranded:
+        return LighthousePlan(force_delete=stranded)
+    ended = [p for p in live if (p.get("status") or {}).get("phase") in ("Succeeded", "Failed")]
     if ended:
-        return [], [p["metadata"]["name"] for p in ended]
+        return LighthousePlan(delete=[p["metadata"]["name"] for p in ended])
     if lighthouses:
-        return [], []  # running, starting, or the old one still going away
-    return [build()], []
+        return LighthousePlan()  # running, starting, or the old one still going away
+    return LighthousePlan(create=[build()])
 
 
 def lighthouse_step(
+    job_name: str,
     spec: JobSpec,
     status: JobStatus,
     workers: list[dict[str, Any]],
     lighthouses: list[dict[str, Any]],
     plan: Plan,
     build: Callable[[], dict[str, Any]],
+    lost: Callable[[dict], bool],
 ) -> None:
     """The planner's Lighthouse step, after the others: it lives while the job's workers may run (it is made with
     the first workers, so after Kueue's admission), and goes when the job is suspended or ends."""
@@ -161,11 +175,16 @@ def lighthouse_step(
         and phase != c.SUSPENDED
         and bool(plan.create_pods or workers)
     )
-    create, delete = plan_lighthouse(wanted, lighthouses, build)
-    plan.create_pods[:0] = create  # before the workers: their Managers ask it for a quorum first thing
-    plan.delete_pods += [name for name in delete if name not in plan.delete_pods]
-    if create and workers:
-        plan.event("Normal", "LighthouseCreated", f"created the Lighthouse pod {create[0]['metadata']['name']} again")
+    decided = plan_lighthouse(wanted, lighthouses, build, lost)
+    plan.create_pods[:0] = decided.create  # before the workers: their Managers ask it for a quorum first thing
+    plan.delete_pods += [name for name in decided.delete if name not in plan.delete_pods]
+    plan.force_delete_pods += [name for name in decided.force_delete if name not in plan.force_delete_pods]
+    if decided.create and workers:
+        plan.event("Normal", "LighthouseCreated", f"created the Lighthouse pod {lighthouse_name(job_name)} again")
+    for name in decided.force_delete:
+        plan.event(
+            "Warning", "LighthouseLost", f"the Lighthouse pod {name} is on a lost node: force-deleted, made again"
+        )
 
 
 def show_degraded(status: JobStatus, spec: JobSpec, running: int, now: datetime) -> None:
