@@ -73,7 +73,12 @@ def restart_line(f: dict[str, Any]) -> str:
     rec = f["last"]
     if not rec:
         return ""
-    how = {"InPlace": "restarted in place", "PodReplaced": "pod replaced", "GroupRecreated": "group recreated"}
+    how = {
+        "InPlace": "restarted in place",
+        "PodReplaced": "pod replaced",
+        "GroupRecreated": "group recreated",
+        "ReplicaGroupReplaced": "replica group replaced, the others trained on",
+    }
     text = f"last restart: {cause(rec)}, {how.get(rec.get('how', ''), rec.get('how', ''))}"
     if rec.get("step") is not None:
         text += f" at step {rec['step']}"
