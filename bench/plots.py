@@ -270,6 +270,30 @@ def plot_oscillation(osc: dict, out: Path) -> None:
     plt.close(fig)
 
 
+def plot_recovery_modes(rec: dict, out: Path) -> None:
+    """Rank-seconds lost and the survivors' stall per fault, one bar per recovery mode (recovery_modes.py)."""
+    rows = rec["rows"]
+    faults = list(dict.fromkeys(r["fault"] for r in rows))
+    modes = list(dict.fromkeys(r["mode"] for r in rows))
+    colors = {"Recreate": "tab:gray", "InPlace": "tab:blue", "TorchFT": "tab:green"}
+    fig, (lost, stall) = plt.subplots(1, 2, figsize=(12, 4.2))
+    width = 0.8 / max(1, len(modes))
+    for i, mode in enumerate(modes):
+        by_fault = {r["fault"]: r for r in rows if r["mode"] == mode}
+        xs = [f + (i - (len(modes) - 1) / 2) * width for f in range(len(faults))]
+        for ax, key in ((lost, "rank_seconds_lost"), (stall, "stall_seconds")):
+            ax.bar(xs, [by_fault.get(f, {}).get(key, 0) for f in faults], width, label=mode, color=colors.get(mode))
+    names = {"kill": "kill -9 one process", "delete": "delete one pod", "node": "stop one node"}
+    for ax, title in ((lost, "rank-seconds lost (lower is better)"), (stall, "survivors' stall, s")):
+        ax.set_xticks(range(len(faults)), [names.get(f, f) for f in faults])
+        ax.set_title(title)
+        ax.legend()
+    fig.suptitle(f"Recovery by fault and mode: {rec['job']}", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(out / "recovery_modes.png", dpi=110)
+    plt.close(fig)
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--results", default=str(Path(__file__).resolve().parent / "results"))
@@ -289,6 +313,9 @@ def main() -> int:
     oscillation = _load(out / "capacity_oscillation.json")
     if oscillation:
         plot_oscillation(oscillation, out)
+    recovery = _load(out / "recovery_modes.json")
+    if recovery and recovery.get("rows"):
+        plot_recovery_modes(recovery, out)
     return 0
 
 

@@ -151,3 +151,37 @@ def test_a_lost_node_under_an_elastic_job_shrinks_it_then_it_grows_back_when_the
     reasons = [e["reason"] for e in kube.events("el")]
     assert "GrewToFit" in reasons and "Restarting" in reasons
     print(json.dumps({"events": reasons}))
+
+
+@pytest.mark.parametrize("recovery", [
+    {"faultTolerance": {"mode": "TorchFT"}},
+    {"runPolicy": {"restartStrategy": "InPlace"}},
+], ids=["TorchFT", "InPlace"])
+def test_a_pod_replaced_alone_joins_its_attempts_podgroup_and_is_bound(kube, operator, pool, op_namespace, recovery):
+    """The replacement takes the lost pod's place in the attempt's gang (no second PodGroup); the quorum its running
+    peers meet lets the scheduler bind it; the others keep their uid."""
+    pool(3)
+    kube.apply(in_pool(ddpjob("rep", replicas=3, **recovery), op_namespace))
+    kube.wait_phase("rep", "Running", timeout=PLACED_WITHIN)
+    workers = {p["metadata"]["name"]: p["metadata"]["uid"] for p in kube.pods("rep")
+               if p["metadata"]["labels"].get("app.kubernetes.io/component") == "worker"}
+    assert len(workers) == 3
+    group = next(p for p in kube.pods("rep") if p["metadata"]["name"] == "rep-worker-0")["spec"]["schedulingGroup"][
+        "podGroupName"]
+    kube.fail_pod("rep-worker-1", exit_code=137, message="killed")
+
+    def replacement():
+        return next((p for p in bound(kube, "rep") if p["metadata"]["labels"].get("ddpjob.dev/replica-index") == "1"
+                     and p["metadata"]["uid"] != workers["rep-worker-1"]
+                     and p["status"].get("phase") == "Running"), None)
+
+    new = wait_until(replacement, timeout=PLACED_WITHIN, what="the replacement bound and running")
+    assert new["spec"]["schedulingGroup"]["podGroupName"] == group
+    groups = json.loads(kube("get", "podgroups.scheduling.k8s.io", "-o", "json").stdout)["items"]
+    assert [g["metadata"]["name"] for g in groups] == [group], "no second gang for one replacement"
+    status = kube.wait_status("rep", lambda s: "replacing" not in s and s.get("phase") == "Running", timeout=60,
+                              what="the replacement taken in")
+    assert status["attempt"] == 0 and status["recoveries"][-1]["how"] in ("ReplicaGroupReplaced", "PodReplaced")
+    now = {p["metadata"]["name"]: p["metadata"]["uid"] for p in kube.pods("rep")}
+    assert {n: now.get(n) for n in ("rep-worker-0", "rep-worker-2")} == {
+        n: workers[n] for n in ("rep-worker-0", "rep-worker-2")}

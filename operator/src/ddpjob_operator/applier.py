@@ -357,7 +357,11 @@ class PlanApplier:
         self.expect.created_pod(key, json.loads(created)["metadata"]["uid"])
         log.info(
             "created pod",
-            extra={"job": f"{key[0]}/{key[1]}", "pod": name, "attempt": pod["metadata"]["labels"][api.LABEL_ATTEMPT]},
+            extra={
+                "job": f"{key[0]}/{key[1]}",
+                "pod": name,
+                "attempt": pod["metadata"]["labels"].get(api.LABEL_ATTEMPT, "-"),
+            },
         )
         return CREATED, name, 201, ""
 
