@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import uuid
 
 import pytest
@@ -343,3 +344,55 @@ def test_without_the_policy_a_label_change_on_an_active_job_is_held(kube, ns, no
     assert status["phase"] == "Running" and not status.get("queue"), status
     assert {p["metadata"]["uid"] for p in kube.pods("free")} == free_uids, "a label added to a running job stopped it"
     assert workloads(kube, "free") == []
+
+
+def test_a_replica_group_replaced_alone_stays_under_the_admission(kube, ns, nodes):
+    """TorchFT: the lost group's replacement is built under the Workload's admission (the flavor's node label), the
+    admitted count is not exceeded, the Workload is the same one and stays admitted, and the Lighthouse (no GPU, no
+    queue label) is made only once the job is admitted."""
+    nodes(3)
+    queue(kube, ns, gpus=16)
+    kube.apply(queued_job("ft", faultTolerance={"mode": "TorchFT"}))
+    kube.wait_phase("ft", "Running", timeout=ADMIT_WITHIN)
+    (before_wl,) = workloads(kube, "ft")
+    workers = {p["metadata"]["labels"]["ddpjob.dev/replica-index"]: p["metadata"]["uid"] for p in kube.pods("ft")
+               if p["metadata"]["labels"].get("app.kubernetes.io/component") == "worker"}
+    assert len(workers) == 2
+    kube.fail_pod("ft-worker-1", exit_code=137, message="killed")
+
+    def replaced():
+        current = [p for p in kube.pods("ft") if p["metadata"]["labels"].get("app.kubernetes.io/component") == "worker"
+                   and not p["metadata"].get("deletionTimestamp") and p["status"].get("phase") == "Running"]
+        ones = [p for p in current if p["metadata"]["labels"]["ddpjob.dev/replica-index"] == "1"
+                and p["metadata"]["uid"] != workers["1"]]
+        return ones[0] if ones and len(current) == 2 else None
+
+    new = wait_until(replaced, timeout=ADMIT_WITHIN, what="the replacement running")
+    assert new["spec"]["nodeSelector"]["pool"] == ns, "the admission's flavor, as for the others"
+    status = kube.wait_status("ft", lambda s: "replacing" not in s and s.get("phase") == "Running", timeout=60,
+                              what="the replacement taken in")
+    assert status["attempt"] == 0 and status["recoveries"][-1]["how"] == "ReplicaGroupReplaced", status
+    (after_wl,) = workloads(kube, "ft")
+    assert after_wl["metadata"]["uid"] == before_wl["metadata"]["uid"]
+    assert condition(after_wl["status"], "Admitted").get("status") == "True", after_wl["status"]
+    assert [p["metadata"]["uid"] for p in kube.pods("ft")
+            if p["metadata"]["labels"].get("ddpjob.dev/replica-index") == "0"] == [workers["0"]]
+
+
+def test_kubectl_ddpj_why_names_the_queue_its_position_and_the_job_holding_the_quota(kube, ns, nodes):
+    """The plugin as a user runs it (`kubectl ddpj why`), against the real Kueue: a job queued behind another's
+    quota is told apart from one the scheduler cannot place."""
+    nodes(4)
+    queue(kube, ns, gpus=16)
+    kube.apply(queued_job("first"))
+    kube.wait_phase("first", "Running", timeout=ADMIT_WITHIN)
+    kube.apply(queued_job("second"))
+    kube.wait_status("second", is_queued, timeout=ADMIT_WITHIN, what="Pending, Queued")
+    env = {**os.environ, "PATH": f"{ROOT / '.venv' / 'bin'}:{os.environ['PATH']}",
+           "KUBECONFIG": str(kube.cluster.kubeconfig)}
+    out = subprocess.run([str(ROOT / ".cache" / "bin" / "kubectl"), "ddpj", "why", "second", "-n", ns],
+                         capture_output=True, text=True, timeout=60, env=env)
+    assert out.returncode == 0, out
+    assert "Kueue has not admitted it: it waits in LocalQueue q for quota" in out.stdout, out.stdout
+    assert f"holding quota: {ns}/" in out.stdout and "first" in out.stdout, out.stdout
+    assert "position 1 in LocalQueue q" in out.stdout, out.stdout
