@@ -63,20 +63,34 @@ def cache(group: dict, pods: list[dict]) -> WatchCache:
                       podgroups={KEY: [group]})
 
 
+def learned(view: WatchCache):
+    """A reconcile pass's first two steps: learn the gang evidence, then observe."""
+    view.learn_gang(KEY, NOW)
+    return view.observe(KEY, NOW)
+
+
 def test_the_cache_keeps_the_latest_evidence_and_turns_placement_pod_by_pod():
     view = cache(podgroup(verdict="True"), [pod(0), pod(1)])
-    assert view.observe(KEY, NOW).gang is True
+    assert learned(view).gang is True
     view.podgroups = {KEY: [podgroup()]}  # a scheduler without the gate (restarted): bound, no word
-    obs = view.observe(KEY, NOW)
+    obs = learned(view)
     assert obs.gang is False and "does not gang-schedule" in obs.gang_not_enforced
     plan = plan_reconcile(obs, PlannerSettings())
     assert plan.status["placement"] == gang.POD_BY_POD
     assert [e.reason for e in plan.events] == [gang_discovery.NOT_ENFORCED]
     view.podgroups = {KEY: [podgroup(verdict="True")]}  # the scheduler says it again
-    assert view.observe(KEY, NOW).gang is True
+    assert learned(view).gang is True
+
+
+def test_observe_is_a_read_only_the_learn_step_changes_the_evidence():
+    view = cache(podgroup(), [pod(0), pod(1)])  # bound, no word: evidence that gangs are not enforced
+    for _ in range(2):
+        assert view.observe(KEY, NOW).gang is True and view.gang_evidence is None
+    view.learn_gang(KEY, NOW)
+    assert view.gang_evidence is not None and view.observe(KEY, NOW).gang is False
 
 
 def test_no_evidence_keeps_what_the_api_says():
     view = cache(podgroup(), [pod(bound=None)])
-    obs = view.observe(KEY, NOW)
+    obs = learned(view)
     assert obs.gang is True and obs.gang_not_enforced == ""

@@ -11,7 +11,8 @@ when it could not), in the same cycle that binds the pods. So:
   still without that condition: the scheduler placed it without looking at the gang (not enforced);
 - otherwise: no evidence yet (nothing bound, or bound too recently).
 
-The watch cache keeps the latest evidence for the whole cluster (watch_cache.WatchCache.gang_evidence). Once it
+The watch cache keeps the latest evidence for the whole cluster (watch_cache.WatchCache.gang_evidence), learned
+by a reconcile pass's own step (learn_gang, before the read-only observe). Once it
 says "not enforced", new attempts are placed pod by pod (`status.placement: PodByPod`, so the placement timeout
 applies: placement_timeout.py) and get no PodGroup; the operator says so once in its log and with a
 `GangNotEnforced` event on the job that showed it. A restarted operator starts from "no evidence" and learns it

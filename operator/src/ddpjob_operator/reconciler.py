@@ -121,7 +121,9 @@ class Reconciler:
         if not ready:
             # The watch event that satisfies it wakes this key again; the wait is only the timeout's safety net.
             return wait
-        obs = self.cache.observe(key, utcnow())
+        now = utcnow()
+        self.cache.learn_gang(key, now)
+        obs = self.cache.observe(key, now)
         if obs is None:
             return await self._release_orphans(key)
         progress, since = self.progress.observe(key, obs)

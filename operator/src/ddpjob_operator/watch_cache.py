@@ -348,34 +348,69 @@ class WatchCache:
             if e.get("name") == name and (owner is None or e.get("owner") == owner)
         }
 
-    def observe(self, key: Key, now: datetime) -> Observed | None:
-        """The job's world as the watches last saw it; None when the job is gone or being deleted."""
-        job = self.job(key)
-        if job is None or job["metadata"].get("deletionTimestamp") or self.terminating(key[0]):
-            return None
+    def _controlled(self, key: Key, job: dict[str, Any]) -> tuple[list[dict], list[dict], list[dict], list[str]]:
+        """(pods, foreign pods, podgroups, foreign podgroup names) under the job's label. Only what this job
+        controls is its own: a user's pod that borrows the label is not ours to count or delete. The others under
+        the label (an earlier job's of the same name, mostly) are "foreign": the planner frees the ones that carry
+        our tracking finalizer and waits for the names it needs."""
         uid = job["metadata"]["uid"]
-        # Only pods this job controls: a user's pod that borrows the label is not ours to count or delete. The
-        # others under the label (an earlier job's of the same name, mostly) are "foreign": the planner frees the
-        # ones that carry our tracking finalizer and waits for the names it needs.
         pods: list[dict[str, Any]] = []
         foreign: list[dict[str, Any]] = []
         for pod in self.pods_of(key):
             (pods if controlled_by(pod, uid) else foreign).append(pod)
-        nodes = {}
-        for name in sorted({p["spec"].get("nodeName") for p in pods} - {None, ""}):
-            node = _first(self.nodes, name)
-            if node is not None:
-                nodes[name] = node
-        kinds = self.child_kinds(key, key[1], owner=uid)
-        wants_policy = bool((job.get("spec") or {}).get("networkPolicy"))
-        podgroups, foreign_podgroups = [], []
+        podgroups: list[dict[str, Any]] = []
+        foreign_podgroups: list[str] = []
         if self.podgroups is not None and key in self.podgroups:
             for group in self.podgroups[key]:
                 if controlled_by(group, uid):
                     podgroups.append(group)
                 else:
                     foreign_podgroups.append(group["metadata"]["name"])
-        not_enforced = self._learn_gang(job, podgroups, pods, now)
+        return pods, foreign, podgroups, foreign_podgroups
+
+    def learn_gang(self, key: Key, now: datetime) -> None:
+        """Read the job's current gang for the scheduler's word (gang_discovery.py) into the cluster's evidence.
+        The one write of the cache outside its watch handlers, done as its own step of a reconcile pass (before
+        observe), never by a read."""
+        job = self.job(key)
+        if self.podgroups is None or job is None or job["metadata"].get("deletionTimestamp"):
+            return
+        pods, _, podgroups, _ = self._controlled(key, job)
+        attempt = str((job.get("status") or {}).get("attempt", ""))
+        group = next((g for g in podgroups if g["metadata"].get("labels", {}).get(api.LABEL_ATTEMPT) == attempt), None)
+        current = [p for p in pods if p["metadata"].get("labels", {}).get(api.LABEL_ATTEMPT) == attempt]
+        found = gang_discovery.evidence(group, current, now)
+        if found is None:
+            return
+        previous = self.gang_evidence
+        if not found.enforced and (previous is None or previous.enforced):
+            log.warning("%s", found.message)
+        elif found.enforced and previous is not None and not previous.enforced:
+            log.info("the scheduler gang-schedules again (a PodGroup has its verdict): gangs for new attempts")
+        self.gang_evidence = found
+
+    def gang_not_enforced(self) -> str | None:
+        """The message saying the scheduler does not gang-schedule, if that is the cluster's latest evidence."""
+        evidence = self.gang_evidence
+        return (
+            evidence.message if self.podgroups is not None and evidence is not None and not evidence.enforced else None
+        )
+
+    def observe(self, key: Key, now: datetime) -> Observed | None:
+        """The job's world as the watches last saw it; None when the job is gone or being deleted. A read only:
+        it changes nothing in the cache (learn_gang is the pass's step that does)."""
+        job = self.job(key)
+        if job is None or job["metadata"].get("deletionTimestamp") or self.terminating(key[0]):
+            return None
+        pods, foreign, podgroups, foreign_podgroups = self._controlled(key, job)
+        nodes = {}
+        for name in sorted({p["spec"].get("nodeName") for p in pods} - {None, ""}):
+            node = _first(self.nodes, name)
+            if node is not None:
+                nodes[name] = node
+        kinds = self.child_kinds(key, key[1], owner=job["metadata"]["uid"])
+        wants_policy = bool((job.get("spec") or {}).get("networkPolicy"))
+        not_enforced = self.gang_not_enforced()
         return Observed(
             job=job,
             pods=pods,
@@ -391,27 +426,6 @@ class WatchCache:
             capacity=self.capacity(job, {p["metadata"]["uid"] for p in pods}),
             kueue=self.kueue_view(key, job),
         )
-
-    def _learn_gang(
-        self, job: dict[str, Any], podgroups: list[dict[str, Any]], pods: list[dict[str, Any]], now: datetime
-    ) -> str | None:
-        """Read the current attempt's gang for the scheduler's word (gang_discovery.py); the message saying it does
-        not gang-schedule, if that is the cluster's latest evidence."""
-        if self.podgroups is None:
-            return None
-        attempt = str((job.get("status") or {}).get("attempt", ""))
-        group = next((g for g in podgroups if g["metadata"].get("labels", {}).get(api.LABEL_ATTEMPT) == attempt), None)
-        current = [p for p in pods if p["metadata"].get("labels", {}).get(api.LABEL_ATTEMPT) == attempt]
-        found = gang_discovery.evidence(group, current, now)
-        if found is not None:
-            previous = self.gang_evidence
-            if not found.enforced and (previous is None or previous.enforced):
-                log.warning("%s", found.message)
-            elif found.enforced and previous is not None and not previous.enforced:
-                log.info("the scheduler gang-schedules again (a PodGroup has its verdict): gangs for new attempts")
-            self.gang_evidence = found
-        evidence = self.gang_evidence
-        return evidence.message if evidence is not None and not evidence.enforced else None
 
     def kueue_view(self, key: Key, job: dict[str, Any]) -> kueue.View | None:
         """The job's Workloads (those it controls) and what admission reads, if Kueue governs the job or did (its
