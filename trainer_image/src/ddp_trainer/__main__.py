@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 
 import torch.distributed as dist
@@ -11,6 +12,7 @@ from . import exit_codes
 from .checkpoint import CheckpointDiskFull
 from .config import ConfigError, parse_config
 from .distributed_env import DistEnv, choose_backend, choose_device, init_process_group
+from .fault_tolerance import ReplicaGroupEnv, check_even_split
 from .gpu_check import NoUsableGpu, check_gpu
 from .process_age import process_age_seconds
 from .process_exit import leave
@@ -22,6 +24,7 @@ from .resume_checks import CheckpointMismatch
 def main(argv: list[str] | None = None) -> int:
     try:
         cfg = parse_config(argv)
+        replica_env = ReplicaGroupEnv.from_environ()  # torchft replica groups when TORCHFT_LIGHTHOUSE is set
     except ConfigError as e:
         return config_error(e)
     try:
@@ -30,13 +33,24 @@ def main(argv: list[str] | None = None) -> int:
         return recorded_failure(e, exit_codes.NO_USABLE_GPU, f"ddp_trainer: {e}")
     env = DistEnv.from_environ()
     who = Identity.from_environ(env.rank)
+    if replica_env is not None:
+        try:
+            check_even_split(cfg, env.world_size, replica_env)
+        except ConfigError as e:
+            return config_error(e)
+        who = dataclasses.replace(who, replica_group=replica_env.replica_group)
     device = choose_device(env)
     rendezvous_seconds = init_process_group(env, device)
     if env.local_rank == 0 or cfg.log.all_ranks:
         emit(started_line(who, env.world_size, choose_backend(), str(device), rendezvous_seconds))
     from .trainer import Trainer  # after the group exists: a bad rendezvous fails before the model is built
 
-    trainer = Trainer(cfg, env, device, who)
+    replicas = None
+    if replica_env is not None:
+        from .replica_groups import ReplicaGroups  # torchft is imported in its mode only
+
+        replicas = ReplicaGroups(replica_env, env)
+    trainer = Trainer(cfg, env, device, who, replicas=replicas)
     trainer.serve_metrics()
     try:
         trainer.resume()  # before the sized line: the checkpoint holds the micro-batch limit
@@ -49,6 +63,8 @@ def main(argv: list[str] | None = None) -> int:
         code = trainer.train()
     except CheckpointDiskFull as e:
         return disk_full(who, e)
+    if replicas is not None:
+        replicas.shutdown()
     dist.destroy_process_group()
     return code
 

@@ -39,6 +39,7 @@ from torch.distributed.checkpoint import FileSystemReader
 from torch.distributed.checkpoint.api import CheckpointException
 
 from .checkpoint import CheckpointDiskFull
+from .fault_tolerance import BATCHES_COMMITTED_KEY
 
 NAME = re.compile(r"^step-(\d{9})\.dcp$")
 METADATA = ".metadata"
@@ -197,3 +198,28 @@ class DcpStore:
         except (Exception, CheckpointException) as e:  # a missing or truncated shard, a bad metadata file
             return e
         return None
+
+
+def checkpoint_format(mode: str, device: torch.device) -> str:
+    """auto: dcp on CUDA, where idle host cores write in the background while the GPU steps; file on CPU, where
+    the writer and the step share the cores (measured: docs/trainer.md, Checkpoints)."""
+    if mode != "auto":
+        return mode
+    return "dcp" if device.type == "cuda" else "file"
+
+
+# The run's figures a checkpoint keeps beside the weights (the dcp format's `meta`).
+META_KEYS = (
+    "step",
+    "samples",
+    "epoch",
+    "offset",
+    "world_size",
+    "global_batch",
+    "micro_batch_limit",
+    "workload",
+    "shape",
+    "scheduler",
+    "time",
+    BATCHES_COMMITTED_KEY,  # torchft replica groups: the Manager's counter beside the step
+)

@@ -18,6 +18,10 @@ SAMPLES_PER_SECOND_SERIES = "ddp_trainer_samples_per_second"
 WORLD_SIZE_SERIES = "ddp_trainer_world_size"
 TOTAL_STEPS_SERIES = "ddp_trainer_total_steps"  # the step the run ends at: the operator's percent done and ETA
 TORCHRUN_RESTARTS_SERIES = "ddp_trainer_torchrun_restarts"
+# torchft replica groups only (replica_groups.py): the groups in this group's last quorum, and how often this group
+# took its state from a live peer (a counter: scraped as ddp_trainer_heals_total).
+REPLICA_GROUPS_SERIES = "ddp_trainer_replica_groups"
+HEALS_SERIES = "ddp_trainer_heals"
 # The DDPJob's name is `ddpjob`: `job` is Prometheus' own target label (the scrape config's name), which a series
 # of ours would only keep with honorLabels.
 LABELS = ("ddpjob", "attempt", "rank")
@@ -91,6 +95,16 @@ class TrainerMetrics:
             registry=self.registry,
         )
         self.phase = {p: phase.labels(**self._labels, phase=p) for p in ("data", "forward_backward", "optimizer")}
+
+    def add_replica_group_series(self) -> tuple[Gauge, Counter]:
+        """The torchft series, registered only in that mode so a plain DDP scrape is what it was."""
+        groups = Gauge(
+            REPLICA_GROUPS_SERIES, "Replica groups in this group's last torchft quorum", LABELS, registry=self.registry
+        ).labels(**self._labels)
+        heals = Counter(
+            HEALS_SERIES, "Times this replica group took its state from a live peer", LABELS, registry=self.registry
+        ).labels(**self._labels)
+        return groups, heals
 
     def set_restarts(self, count: int) -> None:
         self.torchrun_restarts.set(count)

@@ -11,7 +11,9 @@ import re
 import sys
 from dataclasses import dataclass
 
-_WHO = r"\[job=(?P<job>\S+) attempt=(?P<attempt>\S+) rank=(?P<rank>\d+)\]"
+# A torchft replica group names itself before the rank, so readers that look for `rank=N]` (kubectl ddpj logs) still
+# find the rank.
+_WHO = r"\[job=(?P<job>\S+) attempt=(?P<attempt>\S+) (?:group=(?P<group>\d+) )?rank=(?P<rank>\d+)\]"
 PROGRESS = re.compile(
     _WHO + r" step=(?P<step>\d+)/(?P<total>\d+) epoch=(?P<epoch>\d+) loss=(?P<loss>\d+\.\d{4}) "
     r"lr=(?P<lr>\d\.\de[-+]\d\d) samples/s=(?P<sps>\d+\.\d)$",
@@ -34,6 +36,11 @@ STARTED = re.compile(
     r"rendezvous_s=(?P<rendezvous>\d+\.\d\d)$",
     re.M,
 )
+HEALED = re.compile(
+    _WHO + r" healed from live peer group=(?P<peer>\d+) step=(?P<step>\d+) samples=(?P<samples>\d+) "
+    r"seconds=(?P<seconds>\d+\.\d\d)$",
+    re.M,
+)
 READY = re.compile(
     _WHO + r" ready process_s=(?P<process>\d+\.\d\d) rendezvous_s=(?P<rendezvous>\d+\.\d\d) "
     r"checkpoint_load_s=(?P<load>\d+\.\d\d)$",
@@ -46,6 +53,7 @@ class Identity:
     job: str
     attempt: str
     rank: int
+    replica_group: int | None = None  # torchft replica groups: this pod's group (fault_tolerance.py)
 
     @classmethod
     def from_environ(cls, rank: int, environ=None) -> Identity:
@@ -55,7 +63,8 @@ class Identity:
 
     @property
     def prefix(self) -> str:
-        return f"[job={self.job} attempt={self.attempt} rank={self.rank}]"
+        group = "" if self.replica_group is None else f"group={self.replica_group} "
+        return f"[job={self.job} attempt={self.attempt} {group}rank={self.rank}]"
 
 
 def progress_line(
@@ -84,6 +93,17 @@ def sized_line(
         f"{who.prefix} sized world_size={world_size} global_batch={global_batch} rank_batch={rank_batch} "
         f"micro_batch={micro_batch} accum={accum} peak_lr={peak_lr:.3e}"
     )
+
+
+def healed_line(who: Identity, peer_group: int, step: int, samples: int, seconds: float) -> str:
+    """A torchft replica group took its weights and optimizer state from a live peer group instead of a checkpoint:
+    the peer, the step it took over, and how long the transfer and load took."""
+    return f"{who.prefix} healed from live peer group={peer_group} step={step} samples={samples} seconds={seconds:.2f}"
+
+
+def quorum_line(who: Identity, participants: int, groups: int, step: int) -> str:
+    """torchft replica groups: the groups in this group's quorum changed (a peer left or joined)."""
+    return f"{who.prefix} quorum replica_groups={participants}/{groups} step={step}"
 
 
 def started_line(who: Identity, world_size: int, backend: str, device: str, rendezvous_seconds: float) -> str:

@@ -8,7 +8,7 @@ import signal
 import time
 from collections.abc import Sized
 from pathlib import Path
-from typing import cast
+from typing import TYPE_CHECKING, cast
 
 import torch
 import torch.distributed as dist
@@ -18,7 +18,7 @@ from torch.utils.data import DataLoader
 from . import exit_codes
 from .batching import BatchPlan, SamplePosition, global_batch_size, loss_scale, plan_batches, split_sizes
 from .checkpoint import CheckpointStore
-from .checkpoint_dcp import DcpStore
+from .checkpoint_dcp import META_KEYS, DcpStore, checkpoint_format
 from .config import Config
 from .ddp_model import autocast_context, wrap_model
 from .device_options import apply_tf32, bf16_supported, cpu_count, loader_workers, peak_tflops, precision, use_fused
@@ -32,12 +32,24 @@ from .resume_checks import RunShape, check_resumable
 from .rng_state import capture_rng, rank_seed, restore_rng, seed_everything
 from .workloads import Workload, build_workload
 
+if TYPE_CHECKING:  # torchft is imported only in its mode
+    from .replica_groups import ReplicaGroups
+
 
 class Trainer:
     def __init__(
-        self, cfg: Config, env: DistEnv, device: torch.device, who: Identity, workload: Workload | None = None
+        self,
+        cfg: Config,
+        env: DistEnv,
+        device: torch.device,
+        who: Identity,
+        workload: Workload | None = None,
+        replicas: ReplicaGroups | None = None,
     ):
         self.cfg, self.env, self.device, self.who = cfg, env, device, who
+        self.replicas = replicas  # torchft replica groups (replica_groups.py); None: one DDP group
+        # The ranks the global batch is split across, and this rank's place: all groups' ranks under torchft.
+        self.data_world, self.data_rank = replicas.data_shard() if replicas else (env.world_size, env.rank)
         self.talks = cfg.log.all_ranks or env.local_rank == 0  # one progress stream per pod by default
         self.created = time.monotonic()
         seed_everything(cfg.train.seed)  # identical initial weights on every rank
@@ -50,11 +62,17 @@ class Trainer:
         self.scaler = torch.amp.GradScaler(device.type, enabled=self.precision == "fp16")
         device_name = torch.cuda.get_device_name(device) if device.type == "cuda" else ""
         self.peak_tflops = peak_tflops(device_name, cfg.metrics.peak_tflops)
-        self.ddp, self.model = wrap_model(self.workload.model, device, cfg.ddp, self._warn)
-        self.optimizer = make_optimizer(self.ddp, cfg.train, use_fused(cfg.train.fused, device))
+        self.metrics = TrainerMetrics(who.job, env.rank, who.attempt)
+        if replicas is None:
+            self.ddp, self.model = wrap_model(self.workload.model, device, cfg.ddp, self._warn)
+            self.optimizer = make_optimizer(self.ddp, cfg.train, use_fused(cfg.train.fused, device))
+        else:
+            self.ddp, self.model, self.optimizer = replicas.wrap(self)
         self.global_batch = global_batch_size(
-            env.world_size, cfg.train.batch_size_per_rank, cfg.train.global_batch_size
+            self.data_world, cfg.train.batch_size_per_rank, cfg.train.global_batch_size
         )
+        # What this group trains on per step: the global batch, or its share under torchft (B / groups).
+        self.group_batch = self.global_batch * env.world_size // self.data_world
         self.plan = self._plan_batches(micro_batch_limit=cfg.train.micro_batch_size)
         t = cfg.train
         self.schedule = LearningRateSchedule(
@@ -77,7 +95,6 @@ class Trainer:
         elif cfg.checkpoint.dir:
             self.store = CheckpointStore(cfg.checkpoint.dir, cfg.checkpoint.keep, self._warn)
         self.save_started: dict[int, float] = {}  # dcp: step -> when its save began, until it is in place
-        self.metrics = TrainerMetrics(who.job, env.rank, who.attempt)
         self.metrics.world_size.set(env.world_size)
         self.metrics.total_steps.set(cfg.train.steps)
         self.metrics.set_restarts(env.restart_count)
@@ -97,12 +114,12 @@ class Trainer:
     @property
     def rank_batch(self) -> int:
         """This rank's share of the global batch: B/N, the first B % N ranks one more."""
-        return self.plan.rank_batch(self.env.rank)
+        return self.plan.rank_batch(self.data_rank)
 
     def sized_line(self) -> str:
         """How this attempt shares the global batch, and the peak LR it uses (after resume: the checkpoint holds
         the micro-batch limit)."""
-        p, rank = self.plan, self.env.rank
+        p, rank = self.plan, self.data_rank
         return sized_line(
             self.who,
             p.world_size,
@@ -114,11 +131,14 @@ class Trainer:
         )
 
     def _plan_batches(self, micro_batch_limit: int) -> BatchPlan:
-        return plan_batches(self.global_batch, self.env.world_size, self.cfg.train.grad_accum_steps, micro_batch_limit)
+        return plan_batches(self.global_batch, self.data_world, self.cfg.train.grad_accum_steps, micro_batch_limit)
 
     def resume(self) -> bool:
         """Load the newest valid checkpoint on every rank. Rank 0 chooses it and tells the others, so all ranks
-        load the same one even while an older writer's files come and go."""
+        load the same one even while an older writer's files come and go. A torchft replica group that healed from
+        a live peer in its first quorum reads none."""
+        if self.replicas is not None and self.replicas.join():
+            return False
         if self.store is None:
             return False
         started = time.monotonic()
@@ -189,6 +209,8 @@ class Trainer:
         self.metrics.record_checkpoint(self.step, state.get("time"))
         self.checkpoint_load_seconds = time.monotonic() - started
         self.metrics.checkpoint_load_seconds.set(self.checkpoint_load_seconds)
+        if self.replicas is not None:
+            self.replicas.resumed(state)
         if self.talks:
             emit(resumed_line(self.who, self.step, self.samples, int(state["world_size"])))
 
@@ -214,11 +236,13 @@ class Trainer:
         cfg = self.cfg
         loader = self._loader()
         batches = iter(loader)
-        window_start, window_steps = time.monotonic(), 0
+        window_start, window_steps, self.window_samples = time.monotonic(), 0, self.samples
         loss_sum = torch.zeros((), device=self.device)
         self.metrics.count_samples(0, self.samples)
         self.metrics.step.set(self.step)
         while self.step < cfg.train.steps:
+            if self.replicas is not None and self.replicas.start_step():  # healed: the data goes on at its step
+                batches = iter(self._loader())
             t0 = time.perf_counter()
             inputs, targets = next(batches)
             inputs = inputs.to(self.device, non_blocking=True)
@@ -234,15 +258,18 @@ class Trainer:
             self.scaler.update()
             self.optimizer.zero_grad(set_to_none=True)
             t3 = time.perf_counter()
-            self.step += 1
-            self.samples += self.global_batch
-            self.position = self.position.after_batch(self.global_batch, self.dataset_len)
+            if self.replicas is None:
+                self.step += 1
+                self.samples += self.global_batch
+                self.position = self.position.after_batch(self.global_batch, self.dataset_len)
+            elif self.replicas.after_step():  # not committed: the step and its batch run again
+                batches = iter(self._loader())
             window_steps += 1
             self._observe_phases(t1 - t0, t2 - t1, t3 - t2)
             if self.step % cfg.log.every_steps == 0 or self.step == cfg.train.steps:
                 self._report(loss_sum, window_steps, window_start, lr)
                 loss_sum.zero_()
-                window_start, window_steps = time.monotonic(), 0
+                window_start, window_steps, self.window_samples = time.monotonic(), 0, self.samples
             if isinstance(self.store, DcpStore):
                 self._checkpoint_in_place(self.store.poll())
             verdict = self.vote.step(ask_to_save=self._time_to_save())
@@ -274,14 +301,18 @@ class Trainer:
         from .sampler import GlobalBatchSampler
 
         data = self.workload.train_set
-        sampler = GlobalBatchSampler(
-            data,
-            self.env.world_size,
-            self.env.rank,
-            self.global_batch,
-            self.position,
-            shuffle=self.cfg.data.shuffle,
-            seed=self.cfg.train.seed,
+        sampler = (
+            GlobalBatchSampler(
+                data,
+                self.env.world_size,
+                self.env.rank,
+                self.global_batch,
+                self.position,
+                shuffle=self.cfg.data.shuffle,
+                seed=self.cfg.train.seed,
+            )
+            if self.replicas is None
+            else self.replicas.batch_sampler(data)
         )
         # A generator of its own: the DataLoader draws its workers' base seed when an iterator starts, and a draw
         # from the global stream would set a resumed run's stream one draw apart from an uninterrupted one.
@@ -303,7 +334,7 @@ class Trainer:
         """Gradient accumulation: k micro-batches, all but the last inside no_sync (forward included, so DDP
         does not prepare a reduction it will not run), and the last one all-reduces the summed gradients."""
         k = self.plan.accum_steps
-        scale = loss_scale(self.env.world_size, self.global_batch)
+        scale = loss_scale(self.data_world, self.global_batch)
         sizes = split_sizes(len(inputs), k)
         total = torch.zeros((), device=self.device)
         for i, (x, y) in enumerate(zip(inputs.split(sizes), targets.split(sizes), strict=True)):
@@ -329,17 +360,18 @@ class Trainer:
         not left to the next window (a window read before the sync made throughput read high)."""
         packed = loss_sum.float().reshape(1)
         dist.all_reduce(packed)
-        loss = self.last_loss = packed.item() / (self.global_batch * steps)
+        loss = self.last_loss = packed.item() / (self.group_batch * steps)
         seconds = time.monotonic() - window_start
-        throughput = self.global_batch * steps / max(seconds, 1e-9)
+        consumed = self.samples - self.window_samples  # all groups' samples (under torchft: those committed)
+        throughput = consumed / max(seconds, 1e-9)
         m = self.metrics
         m.step.set(self.step)
-        m.count_samples(self.global_batch * steps, self.samples)
+        m.count_samples(consumed, self.samples)
         m.samples_per_second.set(throughput)
         if self.workload.tokens_per_sample > 0:
             m.tokens_per_second.set(throughput * self.workload.tokens_per_sample)
         if self.peak_tflops and self.workload.flops_per_sample > 0:
-            m.mfu.set(throughput * self.workload.flops_per_sample / self.env.world_size / (self.peak_tflops * 1e12))
+            m.mfu.set(throughput * self.workload.flops_per_sample / self.data_world / (self.peak_tflops * 1e12))
         m.loss.set(loss)
         m.learning_rate.set(lr)
         if self.device.type == "cuda":
@@ -364,6 +396,9 @@ class Trainer:
         collective."""
         if self.store is None:
             return
+        if self.replicas is not None and not self.replicas.writes_checkpoints():
+            self.asked_to_save = False  # another replica group writes this step
+            return
         started = time.monotonic()
         now = time.time()
         meta = {
@@ -378,6 +413,7 @@ class Trainer:
             "shape": self.shape.state_dict(),
             "scheduler": self.schedule.state_dict(),
             "time": now,
+            **(self.replicas.checkpoint_meta() if self.replicas is not None else {}),
         }
         if isinstance(self.store, DcpStore):
             model, optim = get_state_dict(self.ddp.module, self.optimizer)
@@ -430,30 +466,6 @@ class Trainer:
 
     def _warn(self, message: str) -> None:
         warn(self.who, message)
-
-
-def checkpoint_format(mode: str, device: torch.device) -> str:
-    """auto: dcp on CUDA, where idle host cores write in the background while the GPU steps; file on CPU, where
-    the writer and the step share the cores (measured: docs/trainer.md, Checkpoints)."""
-    if mode != "auto":
-        return mode
-    return "dcp" if device.type == "cuda" else "file"
-
-
-# The run's figures a checkpoint keeps beside the weights (the dcp format's `meta`).
-META_KEYS = (
-    "step",
-    "samples",
-    "epoch",
-    "offset",
-    "world_size",
-    "global_batch",
-    "micro_batch_limit",
-    "workload",
-    "shape",
-    "scheduler",
-    "time",
-)
 
 
 def gather_to_rank_0(mine: dict, env: DistEnv) -> list[dict] | None:

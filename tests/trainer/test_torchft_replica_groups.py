@@ -1,0 +1,108 @@
+"""torchft replica groups, end to end on CPU: a real Lighthouse and two replica groups (a standalone torchrun each,
+as two pods run them). kill -9 of group 1's worker mid-run; group 0 keeps stepping alone once the Lighthouse's
+heartbeat timeout has passed; a restarted group 1 heals from group 0 live (no checkpoint read) and both end at the
+last step with exit 0.
+
+This is also the guard for torchft 0.2.0's comm-hook bug: there, the healthy group died with the killed one (an
+`assert fut._fut` in its DDP comm hook when the all-reduce failed). The survivor here must go on stepping and
+finish (trainer_image/pyproject.toml pins the nightly that fixed it)."""
+
+import os
+import signal
+import time
+
+from launch import DONE, PROGRESS, RESUMED, stop, wait_for_line, worker_pids
+from support.ports import free_port
+from torchft_launch import group_env, scrape, scraped_step, start_group, start_lighthouse
+
+from ddp_trainer.progress_log import HEALED
+
+STEPS = 5000
+KILL_AT = 60  # group 1's worker dies once group 0 has logged this step
+ALONE_STEPS = 30  # group 0 must pass the step it had at the kill by this many while group 1 is dead
+HEARTBEAT_TIMEOUT_MS = 1000
+
+
+def trainer_args(tmp_path, port: int) -> list[str]:
+    return [
+        "--workload",
+        "digits",
+        "--train.steps",
+        str(STEPS),
+        "--train.global-batch-size",
+        "64",
+        "--train.decay",
+        "constant",
+        "--metrics.port",
+        str(port),
+        "--log.every-steps",
+        "10",
+        "--checkpoint.dir",
+        str(tmp_path / "ck"),
+        "--checkpoint.every-steps",
+        "100",
+    ]
+
+
+def poll_step(port: int, proc, above: float, deadline_s: float) -> float:
+    """group's scraped step once it exceeds `above`; fails if its process exits first or the deadline passes."""
+    deadline, seen = time.monotonic() + deadline_s, None
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, f"the surviving group exited with {proc.returncode} (the 0.2.0 comm-hook bug?)"
+        seen = scraped_step(port)
+        if seen is not None and seen > above:
+            return seen
+        time.sleep(0.1)
+    raise AssertionError(f"group 0's step stayed at {seen}, not above {above}, for {deadline_s} s")
+
+
+def test_survivor_goes_on_and_a_replacement_heals_live(tmp_path):
+    started = time.monotonic()
+    lighthouse_port, ports = free_port(), (free_port(), free_port())
+    lighthouse = start_lighthouse(lighthouse_port, HEARTBEAT_TIMEOUT_MS, tmp_path / "lighthouse.log")
+    logs = [tmp_path / "group0.log", tmp_path / "group1.log", tmp_path / "group1-again.log"]
+    envs = [group_env(lighthouse_port, g, 2, "ft-test") for g in (0, 1)]
+    groups = [start_group(envs[g], logs[g], *trainer_args(tmp_path, ports[g])) for g in (0, 1)]
+    again = None
+    try:
+        wait_for_line(logs[0], PROGRESS, groups[0], timeout=90, where=lambda m: int(m["step"]) >= KILL_AT)
+        wait_for_line(logs[1], PROGRESS, groups[1], timeout=30, where=lambda m: int(m["step"]) >= KILL_AT)
+        victims = worker_pids(groups[1].pid)
+        assert len(victims) == 1, victims
+        os.kill(victims[0], signal.SIGKILL)
+        killed_at = scraped_step(ports[0])
+        assert killed_at is not None
+        # Whichever group formed the first quorum alone, the other healed from it at start: that heal is not this one.
+        survivor_heals = scrape(ports[0])["ddp_trainer_heals_total"]
+        assert groups[1].wait(timeout=30) != 0  # torchrun without restarts gives up: the pod would be replaced
+
+        # (a) the survivor steps on, read from its own endpoint, while group 1 is dead
+        alone = poll_step(ports[0], groups[0], killed_at + ALONE_STEPS, deadline_s=60)
+        assert groups[1].poll() is not None
+
+        # (b) a replacement group 1 heals from group 0, live, at a step past the kill
+        again = start_group(envs[1], logs[2], *trainer_args(tmp_path, ports[1]))
+        healed = wait_for_line(logs[2], HEALED, again, timeout=90)
+        assert healed["peer"] == "0" and healed["group"] == "1"
+        assert int(healed["step"]) > alone, (healed["step"], alone)
+        metrics = scrape(ports[1])
+        assert metrics["ddp_trainer_heals_total"] >= 1
+        assert metrics["ddp_trainer_checkpoint_load_seconds"] == 0
+        assert metrics["ddp_trainer_replica_groups"] == 2  # the quorum it healed in, and those after, have both
+        poll_step(ports[1], again, int(healed["step"]) + 10, deadline_s=60)  # it trains on after the heal
+        assert scrape(ports[0])["ddp_trainer_heals_total"] == survivor_heals  # the survivor took nothing
+
+        # (c) both end at the last step
+        assert groups[0].wait(timeout=120) == 0, logs[0].read_text()[-3000:]
+        assert again.wait(timeout=60) == 0, logs[2].read_text()[-3000:]
+    finally:
+        for proc in (*groups, *([again] if again else []), lighthouse):
+            stop(proc)
+    first, second = logs[0].read_text(), logs[2].read_text()
+    assert RESUMED.search(second) is None, "the replacement read a checkpoint instead of healing"
+    assert [m for m in HEALED.finditer(first) if int(m["step"]) > killed_at] == []
+    for text in (first, second):
+        done = DONE.search(text)
+        assert done and int(done["step"]) == STEPS, text[-2000:]
+        assert f"step={STEPS}/{STEPS}" in text
+    assert time.monotonic() - started < 150

@@ -1,0 +1,104 @@
+"""Runs torchft replica groups as the operator lays them out, on one machine: a real Lighthouse (torchft's
+`torchft_lighthouse` script) and one standalone torchrun per replica group, each with the env the operator gives
+its pod (ddp_trainer.fault_tolerance holds the names)."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from ddp_trainer import fault_tolerance as ft
+from launch import DDP_TORCHRUN, ROOT, start, trainer_env
+
+# The venv's console script (torchft-nightly's), else one on PATH.
+LIGHTHOUSE = Path(sys.executable).parent / "torchft_lighthouse"
+if not LIGHTHOUSE.exists():
+    LIGHTHOUSE = Path(shutil.which("torchft_lighthouse") or LIGHTHOUSE)
+
+
+def lighthouse_cmd(
+    port: int, heartbeat_timeout_ms: int, min_replicas: int = 1, join_timeout_ms: int = 1000, quorum_tick_ms: int = 50
+) -> list[str]:
+    return [
+        str(LIGHTHOUSE),
+        "--bind",
+        f"127.0.0.1:{port}",
+        "--min_replicas",
+        str(min_replicas),
+        "--join_timeout_ms",
+        str(join_timeout_ms),
+        "--quorum_tick_ms",
+        str(quorum_tick_ms),
+        "--heartbeat_timeout_ms",
+        str(heartbeat_timeout_ms),
+    ]
+
+
+def start_lighthouse(port: int, heartbeat_timeout_ms: int, log: Path) -> subprocess.Popen:
+    proc = subprocess.Popen(
+        lighthouse_cmd(port, heartbeat_timeout_ms),
+        stdout=open(log, "w"),
+        stderr=subprocess.STDOUT,
+        cwd=ROOT,
+        start_new_session=True,
+    )
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:  # its status page answers once it listens
+        try:
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=1).read()
+            return proc
+        except OSError:
+            if proc.poll() is not None:
+                raise AssertionError(f"the Lighthouse exited with {proc.returncode}:\n{log.read_text()[-2000:]}")
+            time.sleep(0.2)
+    raise AssertionError(f"the Lighthouse did not listen on {port}:\n{log.read_text()[-2000:]}")
+
+
+def group_env(lighthouse_port: int, group: int, groups: int, job: str, timeout_s: int = 10) -> dict[str, str]:
+    return trainer_env(
+        **{
+            ft.LIGHTHOUSE_ENV: f"http://127.0.0.1:{lighthouse_port}",
+            ft.REPLICA_GROUP_ENV: str(group),
+            ft.NUM_REPLICA_GROUPS_ENV: str(groups),
+            ft.MIN_REPLICAS_ENV: "1",
+            ft.TIMEOUT_ENV: str(timeout_s),
+            ft.QUORUM_TIMEOUT_ENV: "60",
+            ft.CONNECT_TIMEOUT_ENV: str(timeout_s),
+            "POD_IP": "127.0.0.1",
+            "DDPJOB_NAME": job,
+        }
+    )
+
+
+def start_group(env: dict[str, str], log: Path, *trainer_args: str) -> subprocess.Popen:
+    """One replica group: the image's entrypoint, standalone (nnodes=1), one process."""
+    cmd = [
+        *DDP_TORCHRUN,
+        "--standalone",
+        "--nproc-per-node=1",
+        "--max-restarts=0",
+        "--monitor-interval=0.5",
+        "-m",
+        "ddp_trainer",
+        *trainer_args,
+    ]
+    return start(cmd, env=env, log=log)
+
+
+def scrape(port: int) -> dict[str, float]:
+    """name -> value of each sample on a trainer's endpoint (one rank: labels are the same on every sample)."""
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2).read().decode()
+    return {s.name: s.value for family in text_string_to_metric_families(text) for s in family.samples}
+
+
+def scraped_step(port: int) -> float | None:
+    try:
+        return scrape(port).get("ddp_trainer_step")
+    except OSError:
+        return None

@@ -1,0 +1,268 @@
+"""torchft replica groups: each pod is one replica group (a standalone torchrun inside it), and the groups average
+gradients through torchft's Manager, coordinated by the job's Lighthouse (fault_tolerance.py reads the env).
+
+What changes against the plain DDP path, and why:
+- the model is torchft's DistributedDataParallel, whose comm hook all-reduces each bucket across the groups through
+  the Manager. A group of more than one rank first averages inside the pod (the default group): torchft's process
+  group joins only the ranks of equal group rank across groups;
+- the optimizer is torchft's OptimizerWrapper: step() asks the Manager whether every group's step went through
+  (should_commit) and steps only then. A peer that dies mid-step fails the step on the survivors, who skip it and
+  go on without the peer once the Lighthouse's heartbeat timeout has passed;
+- each step starts with a quorum (Manager.start_quorum) at the top of the loop, not in zero_grad as torchft's
+  example does: the trainer clears gradients after the step too, and the last step's clearing must not ask for a
+  quorum that finished peers will never join;
+- the quorum is synchronous (use_async_quorum=False): a replacement group then heals (takes the weights, the
+  optimizer and the trainer's counters from a live peer over HTTP) before its first forward pass, and the trainer
+  knows at start whether a live peer exists. Only when none does (a whole-job start or restart) does it read the
+  checkpoint. The price is the quorum's round trip in every step (a few ms on one host);
+- init_sync=False: every group seeds the same initial weights (Trainer.__init__), so step 0 needs no transfer;
+- the step is the Manager's (current_step), which only a committed step advances, and the data position follows it
+  (replica_sampler.py); samples are the batches committed x a group's share of the global batch;
+- the one group that is rank 0 in the quorum writes the checkpoints (every group would write the same step), with
+  the Manager's own state beside the trainer's."""
+
+import os
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, cast
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+# torchft's Rust side logs six INFO lines a step (quorum and commit, on every rank); the trainer prints what
+# changes (quorum_line, healed_line). RUST_LOG set by the pod wins. Read when torchft's module loads.
+os.environ.setdefault("RUST_LOG", "warn")
+
+from torchft.ddp import DistributedDataParallel as TorchftDDP  # type: ignore[import-untyped]  # noqa: E402
+from torchft.manager import Manager  # type: ignore[import-untyped]  # noqa: E402
+from torchft.optim import OptimizerWrapper  # type: ignore[import-untyped]  # noqa: E402
+from torchft.process_group import ProcessGroupGloo, ProcessGroupNCCL  # type: ignore[import-untyped]  # noqa: E402
+
+from .batching import SamplePosition  # noqa: E402
+from .distributed_env import DistEnv  # noqa: E402
+from .fault_tolerance import BATCHES_COMMITTED_KEY, ReplicaGroupEnv  # noqa: E402
+from .progress_log import emit, healed_line, quorum_line  # noqa: E402
+from .replica_sampler import ReplicaBatchSampler, data_position, steps_per_epoch  # noqa: E402
+from .rng_state import rank_seed, seed_everything  # noqa: E402
+
+if TYPE_CHECKING:
+    from .trainer import Trainer
+
+
+def ignored_ddp_options(ddp_cfg: Any) -> list[str]:
+    """The --ddp options torchft's DDP cannot honour: its hook is the one comm hook, and it runs DDP with
+    find_unused_parameters (buckets never rebuilt, so a healed group's match its peers'), which a static graph
+    would contradict."""
+    options = (("--ddp.static-graph", ddp_cfg.static_graph), ("--ddp.comm-hook", ddp_cfg.comm_hook != "none"))
+    return [flag for flag, on in options if on]
+
+
+class GroupAveragingDDP(TorchftDDP):
+    """torchft's DDP, plus the average inside the pod before the average across groups. (No postponed annotations
+    in this module: DDP checks the hook's `bucket` annotation against the class itself.)"""
+
+    @staticmethod
+    def _comm_hook(state: Manager, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
+        if dist.is_initialized() and dist.get_world_size() > 1:
+            buffer = bucket.buffer()
+            dist.all_reduce(buffer)  # a sum: gloo has no average
+            buffer.div_(dist.get_world_size())
+        return TorchftDDP._comm_hook(state, bucket)
+
+
+class StepOptimizer(OptimizerWrapper):
+    """torchft's wrapper, whose zero_grad only clears: the trainer starts each step's quorum itself, at the top of
+    the step (ReplicaGroups.start_step), and clears gradients after the step, where a quorum would be one too many
+    (and, after the last step, one the finished peers never join)."""
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        self.optim.zero_grad(set_to_none)
+
+
+class ReplicaGroups:
+    def __init__(self, ft_env: ReplicaGroupEnv, env: DistEnv):
+        self.ft_env, self.env = ft_env, env
+        self.trainer: Trainer | None = None
+        self.manager: Manager | None = None
+        self.healed = False  # the last quorum moved this group's state to a live peer's
+        self.healed_from: int | None = None  # that peer's replica group
+        self.quorum_ready = False  # join()'s quorum serves the first step
+        self.heals: Any = None  # the metrics' counter and gauge, once wrap() registered them
+        self.groups: Any = None
+        self.participants = 0  # replica groups in the last quorum
+
+    def data_shard(self) -> tuple[int, int]:
+        """(ranks over all groups, this rank's place among them): the global batch B is split across both."""
+        w = self.env.world_size
+        return self.ft_env.num_replica_groups * w, self.ft_env.replica_group * w + self.env.rank
+
+    def wrap(self, trainer: "Trainer") -> tuple[TorchftDDP, Callable[..., Any], torch.optim.Optimizer]:
+        """The Manager, the model in torchft's DDP and the optimizer in its wrapper; (ddp, callable model, optim)."""
+        from .ddp_model import use_sync_batchnorm
+        from .device_options import use_fused
+        from .trainer import make_optimizer
+
+        self.trainer = trainer
+        cfg, device, ft = trainer.cfg, trainer.device, self.ft_env
+        self.groups, self.heals = trainer.metrics.add_replica_group_series()
+        pg = ProcessGroupNCCL(timeout=ft.timeout) if device.type == "cuda" else ProcessGroupGloo(timeout=ft.timeout)
+        self.manager = Manager(
+            pg=pg,
+            load_state_dict=self._load_from_peer,
+            state_dict=self._state_for_peer,
+            min_replica_size=ft.min_replicas,
+            use_async_quorum=False,
+            init_sync=False,
+            timeout=ft.timeout,
+            quorum_timeout=ft.quorum_timeout,
+            connect_timeout=ft.connect_timeout,
+            rank=self.env.rank,
+            world_size=self.env.world_size,
+            lighthouse_addr=ft.lighthouse,
+            # The Manager takes the trailing digits as the group's index (its global rank in torchft's logs).
+            replica_id=f"{trainer.who.job}_group_{ft.replica_group}",
+        )
+        ignored = ignored_ddp_options(cfg.ddp)
+        if ignored:
+            trainer._warn(f"{' and '.join(ignored)} ignored: torchft replica groups reduce gradients in their own hook")
+        model = trainer.workload.model
+        sync_bn, warning = use_sync_batchnorm(cfg.ddp.sync_batchnorm, device)
+        if warning:
+            trainer._warn(warning)
+        if sync_bn:
+            model = nn.SyncBatchNorm.convert_sync_batchnorm(model)
+        model.to(device)
+        ddp = GroupAveragingDDP(
+            self.manager,
+            model,
+            device_ids=[device.index] if device.type == "cuda" else None,
+            bucket_cap_mb=cfg.ddp.bucket_cap_mb,
+            gradient_as_bucket_view=cfg.ddp.gradient_as_bucket_view,
+        )
+        optimizer = StepOptimizer(self.manager, make_optimizer(ddp, cfg.train, use_fused(cfg.train.fused, device)))
+        callable_model = torch.compile(ddp) if cfg.ddp.compile else ddp
+        return ddp, callable_model, optimizer
+
+    @property
+    def _manager(self) -> Manager:
+        assert self.manager is not None, "wrap() builds the Manager"
+        return self.manager
+
+    @property
+    def _trainer(self) -> "Trainer":
+        assert self.trainer is not None, "wrap() is given the trainer"
+        return self.trainer
+
+    def join(self) -> bool:
+        """The first quorum, before any checkpoint is read. True when this group healed from a live peer (it has
+        its state now and must not read a checkpoint); False when no peer is ahead of step 0."""
+        self._quorum()
+        self.quorum_ready = True
+        return self.healed
+
+    def start_step(self) -> bool:
+        """The quorum of the step about to run. True when this group healed in it (its step moved: the trainer
+        restarts its data at the new step)."""
+        if self.quorum_ready:
+            self.quorum_ready = False
+            return self.healed
+        self._quorum()
+        return self.healed
+
+    def _quorum(self) -> None:
+        started = time.monotonic()
+        self.healed = False
+        self._manager.start_quorum()  # synchronous: a heal has been fetched and applied when it returns
+        t, participants = self._trainer, self._manager.num_participants()
+        self.groups.set(participants)
+        if t.talks and participants != self.participants:
+            emit(quorum_line(t.who, participants, self.ft_env.num_replica_groups, self._manager.current_step()))
+        self.participants = participants
+        if self.healed and t.talks:
+            emit(healed_line(t.who, self.healed_from or 0, t.step, t.samples, time.monotonic() - started))
+
+    def after_step(self) -> bool:
+        """Take the step the groups agreed on (it advances only when every group's step went through). True when
+        it did not advance by one: the trainer draws its data again from the step it is at."""
+        t, m = self._trainer, self._manager
+        was = t.step
+        t.step = m.current_step()
+        t.samples = m.batches_committed() * self.group_batch
+        t.position = self.position(t.step)
+        if t.step != was + 1 and t.talks:
+            t._warn(f"step {was + 1} not committed by every replica group (a peer failed or left): running it again")
+        return t.step != was + 1
+
+    @property
+    def group_batch(self) -> int:
+        """The samples one group trains on per step: B / N (B divides evenly, checked at start)."""
+        return self._trainer.global_batch // self.ft_env.num_replica_groups
+
+    def position(self, step: int) -> SamplePosition:
+        """For the progress line's epoch: where step `step` is in the data, in whole global batches."""
+        t = self._trainer
+        epoch, index = data_position(step, steps_per_epoch(t.dataset_len // self.data_shard()[0], t.rank_batch))
+        return SamplePosition(epoch, index * t.global_batch)
+
+    def batch_sampler(self, dataset: Any) -> ReplicaBatchSampler:
+        t = self._trainer
+        return ReplicaBatchSampler(
+            dataset,
+            self.ft_env.replica_group,
+            self.ft_env.num_replica_groups,
+            self.env.rank,
+            self.env.world_size,
+            t.rank_batch,
+            t.step,
+            shuffle=t.cfg.data.shuffle,
+            seed=t.cfg.train.seed,
+        )
+
+    def writes_checkpoints(self) -> bool:
+        """One group writes: rank 0 of the last quorum (the same answer on every rank of a group)."""
+        return self._manager.participating_rank() == 0
+
+    def checkpoint_meta(self) -> dict[str, int]:
+        return {BATCHES_COMMITTED_KEY: self._manager.batches_committed()}
+
+    def resumed(self, state: dict) -> None:
+        """A checkpoint was read (no live peer was ahead): the Manager goes on from its step."""
+        step = int(state["step"])
+        committed = state.get(BATCHES_COMMITTED_KEY)
+        if committed is None:  # a checkpoint of the plain DDP path: every group was there for every step
+            committed = step * self.ft_env.num_replica_groups
+        self._manager.load_state_dict({"step": step, "batches_committed": int(committed)})
+
+    def _state_for_peer(self) -> dict[str, Any]:
+        """What a healing group takes from this one. Called on the Manager's quorum thread while this group's
+        main thread is between steps or in its forward and backward, which leave weights and optimizer alone."""
+        t = self._trainer
+        return {
+            "model": t.ddp.module.state_dict(),
+            "optimizer": cast(OptimizerWrapper, t.optimizer).optim.state_dict(),
+            "trainer": {
+                "replica_group": self.ft_env.replica_group,
+                "scheduler": t.schedule.state_dict(),
+            },
+        }
+
+    def _load_from_peer(self, state: dict[str, Any]) -> None:
+        """A heal: the Manager fetched a live peer's state (its step is set already) and applies it here, on the
+        main thread, before this group's next forward pass."""
+        t, m = self._trainer, self._manager
+        t.ddp.module.load_state_dict(state["model"])
+        cast(OptimizerWrapper, t.optimizer).optim.load_state_dict(state["optimizer"])
+        t.step = m.current_step()
+        t.samples = m.batches_committed() * self.group_batch
+        t.position = self.position(t.step)
+        t.schedule = t.schedule.continued_from(state["trainer"]["scheduler"], t.step)
+        seed_everything(rank_seed(t.cfg.train.seed, self.data_shard()[1], t.step))  # a stream of this rank's own
+        self.healed, self.healed_from = True, int(state["trainer"]["replica_group"])
+        self.heals.inc()
+        t.metrics.step.set(t.step)
+        t.metrics.run_samples.set(t.samples)
+
+    def shutdown(self) -> None:
+        if self.manager is not None:
+            self.manager.shutdown(wait=False)
