@@ -14,8 +14,9 @@
 #   BENCH_KUEUE_JOBS=100 BENCH_KUEUE_QUOTA=10 BENCH_KUEUE_RUN_SECONDS=10   a queue under Kueue vs its batch/v1 Job
 #   BENCH_OSCILLATION_SECONDS=300     capacity oscillation: an elastic job under a filler tenant every 20 s, this tree
 #                                     vs the operator before the settling rules (a git worktree of e0edcad^)
-#   BENCH_SKIP="local"                any of: trainer scale gang estimate oscillation deletion kueue local recovery (skip those
-#                                     parts)
+#   BENCH_TORCHFT_TIMEOUTS=5000,1000,500,200,100   torchft: Lighthouse heartbeat timeouts (ms) to measure
+#   BENCH_SKIP="local"                any of: trainer scale gang estimate oscillation deletion kueue local torchft recovery
+#                                     (skip those parts)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 py="$root/.venv/bin/python"
@@ -96,6 +97,12 @@ if ! skip local; then
   else
     say "the demo failed: local recovery not measured (its output: $demo_log)"
   fi
+fi
+
+if ! skip torchft; then
+  say "torchft heartbeat: 2 replica groups, kill -9 of one; the survivor's stall and false evictions under load per Lighthouse heartbeat timeout"
+  "$py" "$root/bench/torchft_heartbeat.py" --out "$results/torchft_heartbeat.json" \
+    --timeouts "${BENCH_TORCHFT_TIMEOUTS:-5000,1000,500,200,100}"
 fi
 
 if ! skip recovery; then
