@@ -91,6 +91,7 @@ class ReplicaGroups:
         self.heals: Any = None  # the metrics' counter and gauge, once wrap() registered them
         self.groups: Any = None
         self.participants = 0  # replica groups in the last quorum
+        self.uncommitted = 0  # steps in a row the groups did not commit
 
     def data_shard(self) -> tuple[int, int]:
         """(ranks over all groups, this rank's place among them): the global batch B is split across both."""
@@ -190,9 +191,15 @@ class ReplicaGroups:
         t.step = m.current_step()
         t.samples = m.batches_committed() * self.group_batch
         t.position = self.position(t.step)
-        if t.step != was + 1 and t.talks:
-            t._warn(f"step {was + 1} not committed by every replica group (a peer failed or left): running it again")
-        return t.step != was + 1
+        committed = t.step == was + 1
+        self.uncommitted = 0 if committed else self.uncommitted + 1
+        # Once per streak, then every 100: with fewer groups than TORCHFT_MIN_REPLICAS every step fails, ~100 a second.
+        if self.uncommitted % 100 == 1 and t.talks:
+            t._warn(
+                f"step {was + 1} not committed by every replica group (a peer failed or left, or fewer than "
+                f"{self.ft_env.min_replicas} groups): running it again ({self.uncommitted} in a row)"
+            )
+        return not committed
 
     @property
     def group_batch(self) -> int:
