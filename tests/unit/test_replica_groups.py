@@ -229,3 +229,34 @@ def test_a_lighthouse_on_a_lost_node_is_force_deleted_and_made_again():
     young = [make_node("node-0"), make_node("node-1", ready=False, since=5)]
     plan = plan_reconcile(observe(job.build(), [*running_pods("a", 2), stranded], nodes=young), SETTINGS)
     assert plan.force_delete_pods == [] and plan.delete_pods == []
+
+
+def with_metrics(pod):
+    pod["spec"]["containers"][0]["ports"] = [{"name": "metrics", "containerPort": 9400}]
+    pod["status"]["podIP"] = "10.0.0.1"
+    return pod
+
+
+@pytest.mark.parametrize("scraped, want_done", [
+    (None, False),  # no word from worker 0 yet
+    ({"step": 90, "replicaGroups": 3, "updateTime": "2026-01-01T11:58:00Z"}, False),  # read before the failure
+    ({"step": 130, "replicaGroups": 2, "updateTime": "2026-01-01T11:59:59Z"}, False),  # not back in the quorum
+    ({"step": 140, "replicaGroups": 3, "updateTime": "2026-01-01T11:59:59Z"}, True),
+])
+def test_a_recovery_ends_when_worker_0_sees_the_replacement_back_in_its_quorum(scraped, want_done):
+    """A running replacement is not back yet: it still starts its process and heals from a peer."""
+    job = replacing_job()
+    job.obj["spec"]["template"]["spec"]["containers"][0]["ports"] = [{"name": "metrics", "containerPort": 9400}]
+    job.status(recoveries=[{"time": "2026-01-01T11:59:00Z", "how": "ReplicaGroupReplaced", "attempt": 0,
+                            "message": "m", "ranks": 1}])
+    replacement = make_pod("a", 1).build()
+    replacement["metadata"].update(name="a-worker-1-r", uid="pod-1-new")
+    pods = [with_metrics(make_pod("a", 0).build()), with_metrics(replacement), with_metrics(make_pod("a", 2).build())]
+    obs = dataclasses.replace(observe(job.build(), [*pods, lighthouse_pod()]), progress=scraped)
+    plan = plan_reconcile(obs, SETTINGS)
+    status = plan.status
+    assert ("replacing" not in status) is want_done
+    assert status["sizeText"] == ("3/3" if want_done else "2/3")
+    assert ("recoverySeconds" in status["recoveries"][-1]) is want_done
+    if not want_done:
+        assert plan.requeue_after is not None and plan.requeue_after <= 2.0  # worker 0 is read again soon

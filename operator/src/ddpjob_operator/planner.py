@@ -68,6 +68,7 @@ from .no_progress import (
 from .placement_steps import running as is_running
 from .plan import Observed, Plan
 from .pod_sort import SortedPods, sort_pods
+from .progress import REJOIN_SCRAPE_SECONDS, metrics_url
 from .restart_policy import RESTART, RestartBudget, backoff_seconds, decide_restart
 from .spec import IN_PLACE, JobSpec, parse_spec
 from .status import JobStatus, LastFailure, status_of
@@ -642,7 +643,15 @@ def _readiness(
                 plan.observe("resize_duration", (obs.now - since).total_seconds(), direction=direction)
     elif running < replicas and phase == c.RUNNING and not status.get("replacing"):
         status.update(c.enter_phase(status, c.PENDING, "PodsNotRunning", f"{running}/{replicas} pods running", obs.now))
-    if status.get("replacing") and phase == c.RUNNING and replace_pod.done(status, pods.current, running):
+    has_metrics = metrics_url(obs) is not None
+    if status.get("replacing") and spec.fault_tolerance.torchft and has_metrics:
+        plan.requeue(REJOIN_SCRAPE_SECONDS)
+    if (
+        status.get("replacing")
+        and phase == c.RUNNING
+        and replica_groups.rejoined(spec, status, obs.progress, has_metrics)
+        and replace_pod.done(status, pods.current, running)
+    ):
         recoveries.close(status, obs.now, plan)
         if spec.run_policy.restart_strategy == IN_PLACE and not spec.fault_tolerance.torchft:
             in_place.expect_join(status, obs.now)

@@ -31,8 +31,12 @@ SERIES = {
     "ddp_trainer_last_checkpoint_step": "checkpointStep",  # recoveries.py: steps lost at a failure
     "ddp_trainer_total_steps": "totalSteps",  # progress_eta.py: percent done and ETA
     "ddp_trainer_last_checkpoint_duration_seconds": "checkpointSeconds",  # the newest save, start to in place
+    "ddp_trainer_replica_groups": "replicaGroups",  # replica_groups.py: a replaced group is back in the quorum
 }
-INTEGERS = ("step", "inPlaceRestarts", "checkpointStep", "totalSteps")
+# While a pod is replaced alone, worker 0 is read this often (replica_groups.rejoined: TorchFT's recovery ends when
+# the replacement is back in worker 0's quorum).
+REJOIN_SCRAPE_SECONDS = 2.0
+INTEGERS = ("step", "inPlaceRestarts", "checkpointStep", "totalSteps", "replicaGroups")
 
 
 def metrics_url(obs: Observed) -> str | None:
@@ -122,7 +126,11 @@ class ProgressScraper:
         if self._since.get(key, (None,))[0] != attempt:
             self._since[key] = (attempt, obs.now)
         # The planner requeues a Running job every interval; a little slack keeps that wake-up from missing it.
-        due = time.monotonic() - self._last_try.get(key, -1e9) >= 0.9 * self.interval
+        # While a replica group is replaced (TorchFT), its return to the quorum ends the recovery: read sooner.
+        interval = self.interval
+        if (obs.job.get("status") or {}).get("replacing"):
+            interval = min(interval, REJOIN_SCRAPE_SECONDS)
+        due = time.monotonic() - self._last_try.get(key, -1e9) >= 0.9 * interval
         if due and key not in self._in_flight:
             self._last_try[key] = time.monotonic()
             self._in_flight.add(key)

@@ -25,12 +25,14 @@ from . import conditions as c
 from .plan import Plan
 from .spec import JobSpec, trainer_container
 from .status import JobStatus
+from .timefmt import parse_time
 
 COMPONENT = "lighthouse"
 PORT_NAME = "lighthouse"
 DEGRADED = "Degraded"
-# A small CPU process: it keeps the quorum's membership and heartbeats in memory.
-LIGHTHOUSE_RESOURCES = {"requests": {"cpu": "100m", "memory": "64Mi"}, "limits": {"memory": "256Mi"}}
+# A small CPU process (the quorum's membership and heartbeats), but torchft's `torchft_lighthouse` entry point is
+# Python and imports torch first: about 620 MiB resident on the local node, measured.
+LIGHTHOUSE_RESOURCES = {"requests": {"cpu": "100m", "memory": "768Mi"}, "limits": {"memory": "1Gi"}}
 
 
 def lighthouse_name(job: str) -> str:
@@ -187,12 +189,28 @@ def lighthouse_step(
         )
 
 
+def rejoined(spec: JobSpec, status: JobStatus, scraped: dict[str, Any] | None, has_metrics: bool) -> bool:
+    """TorchFT: the replaced groups are back in the quorum, so the recovery is over. A running replacement is not
+    enough: it still starts its process and heals from a peer. Worker 0's own count says when (a scrape read after
+    the failure); a trainer that serves no metrics port has only its pods' word."""
+    if not spec.fault_tolerance.torchft or not has_metrics:
+        return True
+    scraped = scraped or {}
+    entries = status.get("recoveries") or []
+    failed_at = parse_time(entries[-1].get("time")) if entries else None
+    read_at = parse_time(scraped.get("updateTime"))
+    if "replicaGroups" not in scraped or read_at is None or (failed_at is not None and read_at <= failed_at):
+        return False
+    return int(scraped["replicaGroups"]) >= status["replicas"]
+
+
 def show_degraded(status: JobStatus, spec: JobSpec, running: int, now: datetime) -> None:
-    """SIZE says how many groups train now; Degraded is True while fewer than desired do (and only appears once a
-    group was missing)."""
+    """SIZE says how many groups train now (not those being replaced, until they are back in the quorum); Degraded
+    is True while fewer than desired do (and only appears once a group was missing)."""
     if not spec.fault_tolerance.torchft:
         return
     replicas = status["replicas"]
+    running = min(running, replicas - len(status.get("replacing") or {}))
     conditions = status.get("conditions") or []
     if running < replicas:
         message = (

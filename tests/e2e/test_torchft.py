@@ -1,0 +1,93 @@
+"""faultTolerance.mode: TorchFT on the local node, real processes: two torchft replica groups (one pod each) kept in
+step by the job's Lighthouse pod. A replica group's trainer killed with kill -9 ends its pod, which alone is replaced;
+worker 0 trains on meanwhile (read from its own metrics port while it happens), the job never leaves Running, the
+newcomer heals from the live survivor without reading a checkpoint, and the recovery is in status.recoveries."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+import urllib.request
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from conftest import apply_job, digits_job, job_status, pods
+from ddpjob_localnode.recovery import find_worker_process, parse_trainer_log
+from support import localnode
+from support.cluster import wait_until
+from test_in_place import _events, _uids
+from test_local_jobs import JOB_TIMEOUT
+
+JOB = "ft"
+STEPS = 3000
+TORCHFT = {"mode": "TorchFT", "lighthouse": {"heartbeatTimeoutMilliseconds": 1000}}
+
+
+def scrape(cluster, namespace: str, index: int) -> dict[str, float]:
+    """The trainer's own series, from the metrics port of the running pod of replica group `index` ({} if none)."""
+    for pod in pods(cluster, namespace, JOB):
+        labels = pod["metadata"]["labels"]
+        ip = (pod.get("status") or {}).get("podIP")
+        if labels.get("ddpjob.dev/replica-index") != str(index) or pod["status"].get("phase") != "Running" or not ip:
+            continue
+        try:
+            with urllib.request.urlopen(f"http://{ip}:9400/metrics", timeout=2) as answer:
+                text = answer.read().decode()
+        except OSError:
+            return {}
+        return {s.name: s.value for family in text_string_to_metric_families(text) for s in family.samples}
+    return {}
+
+
+def test_a_killed_replica_group_is_replaced_alone_while_the_other_trains_on(cluster, operator, namespace):
+    job = digits_job(name=JOB, steps=STEPS, every=500, replicas=2, nprocPerNode=1, faultTolerance=TORCHFT)
+    apply_job(cluster, namespace, job)
+    wait_until(lambda: scrape(cluster, namespace, 0).get("ddp_trainer_replica_groups") == 2
+               and scrape(cluster, namespace, 0).get("ddp_trainer_step", 0) >= 30,
+               timeout=JOB_TIMEOUT, interval=0.5, what="both replica groups training")
+    before = _uids(cluster, namespace, JOB)
+    assert set(before) == {"ft-lighthouse", "ft-worker-0", "ft-worker-1"}, before
+    victim = find_worker_process(localnode.CLUSTER_DIR, pods(cluster, namespace, JOB), replica="1")
+    assert victim, "no trainer process found under ft-worker-1"
+    killed_at = scrape(cluster, namespace, 0)["ddp_trainer_step"]
+    os.kill(victim.pid, signal.SIGKILL)
+
+    # Until the newcomer is back in the quorum: worker 0's own step, and the job's phase, sampled throughout.
+    alone: list[float] = []  # worker 0's steps while it trained as the only replica group
+    phases: set[str] = set()
+    deadline = time.monotonic() + JOB_TIMEOUT
+    while time.monotonic() < deadline:
+        phases.add(job_status(cluster, namespace, JOB).get("phase", ""))
+        seen = scrape(cluster, namespace, 0)
+        if seen.get("ddp_trainer_replica_groups") == 1:
+            alone.append(seen["ddp_trainer_step"])
+        elif alone and seen.get("ddp_trainer_replica_groups") == 2:
+            break
+        time.sleep(0.2)
+    else:
+        raise AssertionError(f"the replacement never joined: {job_status(cluster, namespace, JOB)}")
+    assert alone and max(alone) > killed_at + 5, f"worker 0 did not train on alone (killed at {killed_at}: {alone})"
+    assert phases == {"Running"}, f"the job left Running while one group was replaced: {phases}"
+
+    status = wait_until(lambda: (s := job_status(cluster, namespace, JOB)).get("phase") in ("Succeeded", "Failed")
+                        and s, timeout=JOB_TIMEOUT, interval=0.5, what="the job's end")
+    assert status["phase"] == "Succeeded", status
+    after = _uids(cluster, namespace, JOB)
+    assert after["ft-worker-0"] == before["ft-worker-0"], "the survivor was never replaced"
+    replacement = next(name for name, uid in after.items() if name.startswith("ft-worker-") and name != "ft-worker-0")
+    assert after[replacement] != before["ft-worker-1"]
+    assert (status["attempt"], status["restarts"]) == (0, 1), status
+    (entry,) = status["recoveries"]
+    assert (entry["how"], entry["stepsLost"], entry["pod"]) == ("ReplicaGroupReplaced", 0, "ft-worker-1"), entry
+    # Only the lost group's one rank counts as lost: the survivor trained on.
+    assert entry["recoverySeconds"] > 0 and entry["gpuSecondsLost"] == entry["recoverySeconds"], entry
+    log = cluster.kubectl("-n", namespace, "logs", replacement).stdout
+    assert "healed" in log, log[-2000:]
+    assert parse_trainer_log(log).resumed_step is None, "the newcomer healed from its peer, not from a checkpoint"
+    reasons = [e["reason"] for e in _events(cluster, namespace, JOB)]
+    assert "ReplacingReplicaGroup" in reasons and "Recovered" in reasons and "Restarting" not in reasons, reasons
+    conditions = {c["type"]: c["status"] for c in status["conditions"]}
+    assert conditions.get("Degraded") == "False", status["conditions"]
+    wait_until(lambda: "ft-lighthouse" not in _uids(cluster, namespace, JOB), timeout=60, interval=0.5,
+               what="the Lighthouse removed with the job's end")
