@@ -101,3 +101,19 @@ def test_log_lines_name_the_group_before_the_rank():
     assert healed and (healed["peer"], healed["step"], healed["samples"], healed["group"]) == ("0", "120", "3840", "1")
     plain = PROGRESS.search(progress_line(Identity("j", "0", 3), 10, 20, 0, 1.0, 1e-3, 5.0))
     assert plain and plain["group"] is None and plain["rank"] == "3"
+
+
+@pytest.mark.parametrize("pod_ip, want_host", [("10.2.3.4", "10.2.3.4"), ("fd00::7", "[fd00::7]"), ("", None)])
+def test_peers_are_told_the_pods_ip_not_its_host_name(pod_ip, want_host):
+    """A pod's short host name resolves in that pod alone, and torchrun's standalone store says localhost: across
+    pods only the pod's IP reaches its Manager, its group's store and its heal server."""
+    from ddp_trainer.replica_groups import advertised
+
+    ft = ReplicaGroupEnv.from_environ({**BASE, "POD_IP": pod_ip})
+    got = advertised(ft)
+    if want_host is None:
+        assert got == {}
+        return
+    assert (got["hostname"], got["store_addr"]) == (want_host, pod_ip)
+    assert got["checkpoint_transport"].address().startswith(f"http://{want_host}:")
+    got["checkpoint_transport"].shutdown()

@@ -44,12 +44,12 @@ def trainer_args(tmp_path, port: int) -> list[str]:
     ]
 
 
-def poll_step(port: int, proc, above: float, deadline_s: float) -> float:
+def poll_step(port: int, proc, above: float, deadline_s: float, group: int = 0) -> float:
     """group's scraped step once it exceeds `above`; fails if its process exits first or the deadline passes."""
     deadline, seen = time.monotonic() + deadline_s, None
     while time.monotonic() < deadline:
         assert proc.poll() is None, f"the surviving group exited with {proc.returncode} (the 0.2.0 comm-hook bug?)"
-        seen = scraped_step(port)
+        seen = scraped_step(port, group)
         if seen is not None and seen > above:
             return seen
         time.sleep(0.1)
@@ -85,11 +85,11 @@ def test_survivor_goes_on_and_a_replacement_heals_live(tmp_path):
         healed = wait_for_line(logs[2], HEALED, again, timeout=90)
         assert healed["peer"] == "0" and healed["group"] == "1"
         assert int(healed["step"]) > alone, (healed["step"], alone)
-        metrics = scrape(ports[1])
+        metrics = scrape(ports[1], 1)
         assert metrics["ddp_trainer_heals_total"] >= 1
         assert metrics["ddp_trainer_checkpoint_load_seconds"] == 0
         assert metrics["ddp_trainer_replica_groups"] == 2  # the quorum it healed in, and those after, have both
-        poll_step(ports[1], again, int(healed["step"]) + 10, deadline_s=60)  # it trains on after the heal
+        poll_step(ports[1], again, int(healed["step"]) + 10, deadline_s=60, group=1)  # it trains on after the heal
         assert scrape(ports[0])["ddp_trainer_heals_total"] == survivor_heals  # the survivor took nothing
 
         # (c) both end at the last step

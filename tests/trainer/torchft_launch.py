@@ -60,6 +60,12 @@ def start_lighthouse(port: int, heartbeat_timeout_ms: int, log: Path) -> subproc
     raise AssertionError(f"the Lighthouse did not listen on {port}:\n{log.read_text()[-2000:]}")
 
 
+def pod_ip(group: int) -> str:
+    """A loopback address of the group's own, as each pod has its IP: where it serves metrics, and what it tells its
+    peers to reach it by."""
+    return f"127.0.0.{group + 1}"
+
+
 def group_env(lighthouse_port: int, group: int, groups: int, job: str, timeout_s: int = 10) -> dict[str, str]:
     return trainer_env(
         **{
@@ -70,7 +76,8 @@ def group_env(lighthouse_port: int, group: int, groups: int, job: str, timeout_s
             ft.TIMEOUT_ENV: str(timeout_s),
             ft.QUORUM_TIMEOUT_ENV: "60",
             ft.CONNECT_TIMEOUT_ENV: str(timeout_s),
-            "POD_IP": "127.0.0.1",
+            # An address of its own per group, as pods have: peers must reach it by what it advertises.
+            "POD_IP": pod_ip(group),
             "DDPJOB_NAME": job,
         }
     )
@@ -91,14 +98,14 @@ def start_group(env: dict[str, str], log: Path, *trainer_args: str) -> subproces
     return start(cmd, env=env, log=log)
 
 
-def scrape(port: int) -> dict[str, float]:
-    """name -> value of each sample on a trainer's endpoint (one rank: labels are the same on every sample)."""
-    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2).read().decode()
+def scrape(port: int, group: int = 0) -> dict[str, float]:
+    """name -> value of each sample on a group's trainer endpoint (one rank: labels are the same on every sample)."""
+    text = urllib.request.urlopen(f"http://{pod_ip(group)}:{port}/metrics", timeout=2).read().decode()
     return {s.name: s.value for family in text_string_to_metric_families(text) for s in family.samples}
 
 
-def scraped_step(port: int) -> float | None:
+def scraped_step(port: int, group: int = 0) -> float | None:
     try:
-        return scrape(port).get("ddp_trainer_step")
+        return scrape(port, group).get("ddp_trainer_step")
     except OSError:
         return None

@@ -25,6 +25,10 @@ MIN_REPLICAS_ENV = "TORCHFT_MIN_REPLICAS"  # the fewest groups a quorum may have
 TIMEOUT_ENV = "TORCHFT_TIMEOUT_SEC"  # collectives, should_commit, a heal's transfer
 QUORUM_TIMEOUT_ENV = "TORCHFT_QUORUM_TIMEOUT_SEC"  # how long a quorum may take to form
 CONNECT_TIMEOUT_ENV = "TORCHFT_CONNECT_TIMEOUT_SEC"  # RPC connections to the Lighthouse and the peers' Managers
+# The pod's IP (the operator's downward-API POD_IP): what this group tells the others to reach it by. torchft's
+# default is the host name, and a pod's short host name resolves in that pod alone; torchrun's standalone store
+# address (MASTER_ADDR) is localhost. Either would only work with every group on one machine.
+ADVERTISE_ENV = "POD_IP"
 
 # The trainer's checkpoint keeps the Manager's state: its step is the trainer's step, and this its other counter.
 BATCHES_COMMITTED_KEY = "torchft_batches_committed"
@@ -43,6 +47,7 @@ class ReplicaGroupEnv:
     timeout: timedelta
     quorum_timeout: timedelta
     connect_timeout: timedelta
+    advertise: str | None = None  # ADVERTISE_ENV: the address peers reach this group's Manager, store and heals at
 
     @classmethod
     def from_environ(cls, environ: Mapping[str, str] | None = None) -> ReplicaGroupEnv | None:
@@ -74,6 +79,7 @@ class ReplicaGroupEnv:
             connect_timeout=timedelta(
                 seconds=_integer(env, CONNECT_TIMEOUT_ENV, DEFAULT_CONNECT_TIMEOUT_SECONDS, minimum=1)
             ),
+            advertise=env.get(ADVERTISE_ENV, "").strip() or None,
         )
 
 

@@ -34,6 +34,7 @@ from torch import nn
 # changes (quorum_line, healed_line). RUST_LOG set by the pod wins. Read when torchft's module loads.
 os.environ.setdefault("RUST_LOG", "warn")
 
+from torchft.checkpointing import HTTPTransport  # type: ignore[import-untyped]  # noqa: E402
 from torchft.ddp import DistributedDataParallel as TorchftDDP  # type: ignore[import-untyped]  # noqa: E402
 from torchft.manager import Manager  # type: ignore[import-untyped]  # noqa: E402
 from torchft.optim import OptimizerWrapper  # type: ignore[import-untyped]  # noqa: E402
@@ -56,6 +57,36 @@ def ignored_ddp_options(ddp_cfg: Any) -> list[str]:
     would contradict."""
     options = (("--ddp.static-graph", ddp_cfg.static_graph), ("--ddp.comm-hook", ddp_cfg.comm_hook != "none"))
     return [flag for flag, on in options if on]
+
+
+def _host(address: str) -> str:
+    return f"[{address}]" if ":" in address else address
+
+
+class AdvertisedHTTPTransport(HTTPTransport):
+    """torchft's heal transport, telling peers this pod's address instead of its host name (fault_tolerance.py:
+    ADVERTISE_ENV). Its server already listens on every interface."""
+
+    def __init__(self, advertise: str, **kwargs: Any) -> None:
+        self._advertise = advertise  # before torchft's __init__, which may ask for the address already
+        super().__init__(**kwargs)
+
+    def address(self) -> str:
+        port = self._server.socket.getsockname()[1]
+        return f"http://{_host(self._advertise)}:{port}/checkpoint/"
+
+
+def advertised(ft: ReplicaGroupEnv) -> dict[str, Any]:
+    """The Manager's arguments that make every address it gives its peers the pod's IP: its own server, the group's
+    store (torchrun's standalone store listens on every interface, but MASTER_ADDR says localhost) and the heal
+    transport. Nothing when the pod's IP is unknown (a run outside Kubernetes: one machine, defaults work)."""
+    if not ft.advertise:
+        return {}
+    return {
+        "hostname": _host(ft.advertise),
+        "store_addr": ft.advertise,
+        "checkpoint_transport": AdvertisedHTTPTransport(ft.advertise, timeout=ft.timeout, num_chunks=0),
+    }
 
 
 class GroupAveragingDDP(TorchftDDP):
@@ -121,6 +152,7 @@ class ReplicaGroups:
             rank=self.env.rank,
             world_size=self.env.world_size,
             lighthouse_addr=ft.lighthouse,
+            **advertised(ft),
             # The Manager takes the trailing digits as the group's index (its global rank in torchft's logs).
             replica_id=f"{trainer.who.job}_group_{ft.replica_group}",
         )
