@@ -1,6 +1,7 @@
 """Recovery by fault and restart strategy, on the shared local cluster with three local nodes, real torchrun groups
 (digits, gloo on CPU): kill -9 of one trainer process, kubectl delete of one pod, and one node agent stopped
-(no out-of-service taint), each under Recreate and InPlace, all in one run on the same nodes.
+(no out-of-service taint), each under Recreate, InPlace and TorchFT (faultTolerance.mode: torchft replica groups),
+all in one run on the same nodes.
 
 The job is elastic 2..3 at 3 pods, one per node, one process each; the fault always hits replica 1 (not pod 0,
 the rendezvous host). For each run, read from worker 0's log (kubectl logs --timestamps, its step lines):
@@ -11,6 +12,15 @@ the rendezvous host). For each run, read from worker 0's log (kubectl logs --tim
 - rank-seconds lost: the ranks of the group before the fault x back (a GPU each on a GPU cluster; a rank that
   could train and does not, until it is back at its pre-failure step), and its ratio to Recreate's for the fault.
 
+TorchFT's survivors never restart, so for it:
+- stall: worker 0's longest gap between step lines after the fault, less its usual gap before it (the time the
+  survivors stood still while the Lighthouse dropped the dead group);
+- back: the fault to worker 0's first step line past the fault step (survivors lose no step);
+- heal: the fault to the replacement group's `healed from live peer` line (its rank is lost until then; a lost
+  node's replacement may find no room until the node returns: then its rank counts as lost for `back`);
+- rank-seconds lost: 2 survivors x stall + 1 x heal; if the Lighthouse itself was on the lost node the whole group
+  restarts from a checkpoint (replica_groups.lighthouse_failure), and it is 3 x back as for Recreate.
+
     PYTHONPATH=tests python bench/recovery_modes.py [--out bench/results/recovery_modes.json] [--steps 900]"""
 
 from __future__ import annotations
@@ -20,6 +30,7 @@ import json
 import os
 import random
 import signal
+import statistics
 import sys
 import time
 import uuid
@@ -33,7 +44,7 @@ from support import localnode
 from support.cluster import wait_until  # type: ignore[import-not-found]
 from support.operator import OperatorProcess, install_crds  # type: ignore[import-not-found]
 
-from ddp_trainer.progress_log import PROGRESS, RESUMED, STARTED
+from ddp_trainer.progress_log import HEALED, PROGRESS, RESUMED, STARTED
 from ddpjob_localnode.recovery import find_worker_process, parse_time
 from machine import describe_machine
 from progress_lines import say
@@ -41,7 +52,7 @@ from progress_lines import say
 ROOT = Path(__file__).resolve().parents[1]
 
 FAULTS = ("kill", "delete", "node")
-MODES = ("Recreate", "InPlace")
+MODES = ("Recreate", "InPlace", "TorchFT")
 JOB = "rec"
 
 
@@ -50,7 +61,10 @@ def manifest(mode: str, steps: int) -> dict:
     job["metadata"]["name"] = JOB
     spec = job["spec"]
     spec.update(replicas=3, nprocPerNode=1, elastic={"minReplicas": 2, "maxReplicas": 3})
-    spec["runPolicy"].update(restartStrategy=mode, backoffLimit=5, restartBackoffSeconds=0)
+    strategy = "Recreate" if mode == "TorchFT" else mode
+    spec["runPolicy"].update(restartStrategy=strategy, backoffLimit=5, restartBackoffSeconds=0)
+    if mode == "TorchFT":
+        spec["faultTolerance"] = {"mode": "TorchFT", "lighthouse": {"heartbeatTimeoutMilliseconds": 1000}}
     spec["rendezvous"] = {"port": random.randint(30000, 32000)}
     container = spec["template"]["spec"]["containers"][0]
     args = [
@@ -68,7 +82,8 @@ def manifest(mode: str, steps: int) -> dict:
         "--log.every-steps=5",
     ]
     one_per_node = {
-        "labelSelector": {"matchLabels": {"ddpjob.dev/job-name": JOB}},
+        # Workers only: under TorchFT the job's Lighthouse pod carries the job's label too.
+        "labelSelector": {"matchLabels": {"ddpjob.dev/job-name": JOB, "app.kubernetes.io/component": "worker"}},
         "topologyKey": "kubernetes.io/hostname",
     }
     spec["template"]["spec"]["affinity"] = {
@@ -133,6 +148,8 @@ def one_run(c, ns: str, mode: str, fault: str, nodes: list[str], steps: int) -> 
         found, starts, _ = worker0_steps(c, ns)
         return next((t for t, s in after_restart(found, starts, at) if s >= at_least), None)
 
+    if mode == "TorchFT":
+        return torchft_run(c, ns, fault, nodes, stopped, at, reached, before)
     try:
         advancing = wait_until(lambda: first(0), timeout=400, interval=1.0, what="steps advancing again")
         back = wait_until(lambda: first(reached), timeout=120, interval=1.0, what="back at the step")
@@ -156,6 +173,71 @@ def one_run(c, ns: str, mode: str, fault: str, nodes: list[str], steps: int) -> 
         "rank_seconds_lost": round(3 * back_s, 1),
     }
     say(f"{mode} {fault}: {row}")
+    return row
+
+
+def healed_at(c, ns: str, before: set[str]) -> float | None:
+    """When a replica group created after the fault logged that it healed from a live peer."""
+    for pod in pods(c, ns):
+        if pod["metadata"]["uid"] in before:
+            continue
+        text = c.kubectl("-n", ns, "logs", pod["metadata"]["name"], "--timestamps", check=False).stdout
+        for line in text.splitlines():
+            stamp, _, body = line.partition(" ")
+            if HEALED.match(body):
+                return parse_time(stamp)
+    return None
+
+
+def torchft_run(
+    c, ns: str, fault: str, nodes: list[str], stopped: int | None, at: float, reached: int, before: set[str]
+) -> dict:
+    lighthouse_lost = fault == "node" and any(
+        p["metadata"]["labels"].get("app.kubernetes.io/component") == "lighthouse"
+        and p["spec"].get("nodeName") == nodes[stopped or 0]
+        and p["metadata"]["uid"] in before
+        for p in pods(c, ns)
+    )
+
+    def trained_past(steps: int) -> float | None:
+        return next((t for t, s in worker0_steps(c, ns)[0] if t > at and s > reached + steps), None)
+
+    try:
+        # The survivors train on (or, if the Lighthouse was on the lost node, the group restarts from a checkpoint);
+        # a lost node's replacement has no room until the node returns, so its heal may never come here.
+        wait_until(lambda: trained_past(20), timeout=400, interval=1.0, what="worker 0 training past the fault")
+        try:
+            heal: float | None = wait_until(lambda: healed_at(c, ns, before), timeout=90, interval=1.0, what="heal")
+        except AssertionError:
+            heal = None
+        lines, _, resumed = worker0_steps(c, ns)
+        created = [p for p in pods(c, ns) if p["metadata"]["uid"] not in before]
+    finally:
+        if stopped is not None:
+            localnode.start(c) if stopped == 0 else localnode.start_extra(c, stopped, nodes=3)
+        c.kubectl("-n", ns, "delete", "ddpj", JOB, "--wait=true", "--timeout=120s", check=False)
+        wait_until(lambda: not pods(c, ns), timeout=120, what="the job's pods gone")
+    earlier = [t for t, _ in lines if t <= at]
+    usual = statistics.median([b - a for a, b in zip(earlier, earlier[1:], strict=False)] or [0.0])
+    back_at = next(t for t, s in lines if t > at and s > reached)
+    later = [at] + [t for t, _ in lines if at < t <= back_at]
+    stall = max(0.0, max((b - a for a, b in zip(later, later[1:], strict=False)), default=0.0) - usual)
+    back = back_at - at
+    # The lost group's rank is lost until it heals (or, with no room for it, as long as the others' recovery).
+    lost_group = (heal - at) if heal is not None else back
+    row = {
+        "mode": "TorchFT",
+        "fault": fault,
+        "fault_step": reached,
+        "stall_seconds": round(stall, 2),
+        "back_seconds": round(back, 2),
+        "heal_seconds": round(heal - at, 2) if heal is not None else None,
+        "lighthouse_lost": lighthouse_lost,
+        "steps_lost": max(0, reached - resumed) if lighthouse_lost and resumed is not None else 0,
+        "pods_recreated": len(created),
+        "rank_seconds_lost": round(3 * back if lighthouse_lost else 2 * stall + 1 * lost_group, 1),
+    }
+    say(f"TorchFT {fault}: {row}")
     return row
 
 
@@ -196,7 +278,8 @@ def main() -> int:
             {
                 "benchmark": "recovery_modes",
                 "machine": describe_machine(),
-                "job": "digits, elastic 2..3 at 3 pods x 1 process, one pod per local node",
+                "job": "digits, elastic 2..3 at 3 pods x 1 process, one pod per local node (TorchFT: 3 replica "
+                "groups, 1 s heartbeat timeout)",
                 "rows": rows,
             },
             indent=2,

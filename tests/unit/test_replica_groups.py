@@ -260,3 +260,27 @@ def test_a_recovery_ends_when_worker_0_sees_the_replacement_back_in_its_quorum(s
     assert ("recoverySeconds" in status["recoveries"][-1]) is want_done
     if not want_done:
         assert plan.requeue_after is not None and plan.requeue_after <= 2.0  # worker 0 is read again soon
+
+
+@pytest.mark.parametrize("how, lighthouse, nodes", [
+    ("its node lost", "lost", None),
+    ("its process ended (OOMKilled)", "Failed", None),
+    ("deleted by someone", "deleting", None),
+])
+def test_a_running_jobs_lighthouse_gone_recreates_the_group(how, lighthouse, nodes):
+    """Replica groups whose Lighthouse was made again kept heartbeating to it but never joined its quorum (measured on
+    the local nodes): the group restarts from its checkpoint with a new Lighthouse instead of hanging."""
+    from job_builders import make_node
+
+    job = torchft(make_job("a").replicas(2).restart_backoff(0)).running()
+    pod = lighthouse_pod("Failed" if lighthouse == "Failed" else "Running", deleting=lighthouse == "deleting")
+    node_list = [make_node("node-0")]
+    if lighthouse == "lost":
+        pod["spec"]["nodeName"] = "node-1"
+        node_list.append(make_node("node-1", ready=False, since=60))
+    plan = plan_reconcile(observe(job.build(), [*running_pods("a", 2), pod], nodes=node_list), SETTINGS)
+    status = plan.status
+    assert status["attempt"] == 1 and status["phase"] == "Restarting", how
+    assert status["lastFailure"]["pod"] == LIGHTHOUSE and status["platformRestarts"] == 1
+    assert status["recoveries"][-1]["how"] == "GroupRecreated"
+    assert "Restarting" in [e.reason for e in plan.events]

@@ -169,7 +169,9 @@ def plan_reconcile(obs: Observed, settings: PlannerSettings = PlannerSettings())
     status.setdefault("desiredReplicas", status["replicas"])
     status.setdefault("sizeText", f"{status['replicas']}/{status['desiredReplicas']}")
 
-    status = _plan_steps(obs, settings, ref, spec, status, plan)
+    lost = lambda pod: failures.node_lost(pod, obs.nodes, obs.now, settings.node_lost_grace_seconds)  # noqa: E731
+    down = replica_groups.lighthouse_failure(spec, status, lighthouses, lost, obs.now)
+    status = _plan_steps(obs, settings, ref, spec, status, plan, down)
     replica_groups.lighthouse_step(
         ref.name,
         spec,
@@ -178,7 +180,7 @@ def plan_reconcile(obs: Observed, settings: PlannerSettings = PlannerSettings())
         lighthouses,
         plan,
         build=lambda: build_lighthouse_pod(ref, spec),
-        lost=lambda pod: failures.node_lost(pod, obs.nodes, obs.now, settings.node_lost_grace_seconds),
+        lost=lost,
     )
     if status != old:
         plan.status = status
@@ -186,7 +188,13 @@ def plan_reconcile(obs: Observed, settings: PlannerSettings = PlannerSettings())
 
 
 def _plan_steps(
-    obs: Observed, settings: PlannerSettings, ref: JobRef, spec: JobSpec, status: JobStatus, plan: Plan
+    obs: Observed,
+    settings: PlannerSettings,
+    ref: JobRef,
+    spec: JobSpec,
+    status: JobStatus,
+    plan: Plan,
+    lighthouse_down: failures.Failure | None = None,
 ) -> JobStatus:
     attempt = status["attempt"]
     pods = sort_pods(obs.pods, attempt, status["replicas"], replace_pod.replaced_uids(status))
@@ -230,7 +238,7 @@ def _plan_steps(
         out = _fail(obs, status, plan, pod_rejection.INVALID_REASON, pod_rejection.verdict_message(refusal))
         out.pop("launchedAttempt", None)  # its pods were never all created
         return out
-    new_status = _failure_policy(obs, settings, spec, status, pods, plan)
+    new_status = _failure_policy(obs, settings, spec, status, pods, plan, lighthouse_down)
     if new_status is not None:
         return new_status
     new_status = _success_policy(obs, spec, status, pods, plan)
@@ -414,9 +422,17 @@ def _requeue_for_node_grace(obs: Observed, settings: PlannerSettings, pod: dict[
 
 
 def _failure_policy(
-    obs: Observed, settings: PlannerSettings, spec: JobSpec, status: JobStatus, pods: SortedPods, plan: Plan
+    obs: Observed,
+    settings: PlannerSettings,
+    spec: JobSpec,
+    status: JobStatus,
+    pods: SortedPods,
+    plan: Plan,
+    lighthouse_down: failures.Failure | None = None,
 ) -> JobStatus | None:
     found = current_failures(obs, settings, spec, status, pods, plan)
+    if lighthouse_down is not None:
+        found.append(lighthouse_down)  # no worker of it to replace alone: the group is recreated
     in_place.take_in(obs, spec, status, plan, [f.in_place_restarts for f in found])
     if not found:
         return None

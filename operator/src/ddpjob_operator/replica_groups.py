@@ -20,8 +20,9 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from . import api
+from . import api, failures
 from . import conditions as c
+from .failures import Failure
 from .plan import Plan
 from .spec import JobSpec, trainer_container
 from .status import JobStatus
@@ -156,6 +157,38 @@ def plan_lighthouse(
     if lighthouses:
         return LighthousePlan()  # running, starting, or the old one still going away
     return LighthousePlan(create=[build()])
+
+
+def lighthouse_failure(
+    spec: JobSpec, status: JobStatus, lighthouses: list[dict[str, Any]], lost: Callable[[dict], bool], now: datetime
+) -> Failure | None:
+    """The Running job's Lighthouse is gone (its node lost, its process ended, or deleted): a failure of the whole
+    group. Measured on the local nodes: replica groups whose Lighthouse was made again went on heartbeating to the
+    new one but never joined its quorum (their quorum call held on to the old one for quorumTimeoutSeconds), so the
+    group is recreated from the newest checkpoint, with a new Lighthouse, instead of hanging."""
+    if not spec.fault_tolerance.torchft or status.get("phase") != c.RUNNING:
+        return None
+    for pod in lighthouses:
+        name = pod["metadata"]["name"]
+        phase = (pod.get("status") or {}).get("phase")
+        if lost(pod):
+            return Failure(
+                pod=name,
+                kind=failures.NODE_LOST,
+                reason="LighthouseLost",
+                at=now,
+                message=f"the job's Lighthouse {name} lost its node: no replica group can form a quorum",
+            )
+        if phase in ("Succeeded", "Failed") or pod["metadata"].get("deletionTimestamp"):
+            why = "was deleted" if pod["metadata"].get("deletionTimestamp") else f"ended ({phase})"
+            return Failure(
+                pod=name,
+                kind=failures.DELETED,
+                reason="LighthouseEnded",
+                at=now,
+                message=f"the job's Lighthouse {name} {why}: no replica group can form a quorum",
+            )
+    return None
 
 
 def lighthouse_step(
