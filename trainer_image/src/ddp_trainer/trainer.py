@@ -297,6 +297,10 @@ class Trainer:
             )
         return exit_codes.PREEMPTED
 
+    def data_loader(self) -> DataLoader:
+        """The data pipeline train() iterates (bench_gpu.baseline_throughput times a bare loop over the same one)."""
+        return self._loader()
+
     def _loader(self) -> DataLoader:
         from .sampler import GlobalBatchSampler
 
