@@ -123,6 +123,14 @@ def after_restart(lines: list[tuple[float, int]], starts: list[float], at: float
     return [] if began is None else [(t, s) for t, s in lines if t > began]
 
 
+def end_run(c, ns: str, stopped: int | None) -> None:
+    """Bring a stopped node back and delete the job, whatever the run measured."""
+    if stopped is not None:
+        localnode.start(c) if stopped == 0 else localnode.start_extra(c, stopped, nodes=3)
+    c.kubectl("-n", ns, "delete", "ddpj", JOB, "--wait=true", "--timeout=120s", check=False)
+    wait_until(lambda: not pods(c, ns), timeout=120, what="the job's pods gone")
+
+
 def one_run(c, ns: str, mode: str, fault: str, nodes: list[str], steps: int) -> dict:
     c.kubectl("-n", ns, "apply", "-f", "-", input=json.dumps(manifest(mode, steps)))
     wait_until(
@@ -156,10 +164,7 @@ def one_run(c, ns: str, mode: str, fault: str, nodes: list[str], steps: int) -> 
         _, _, resumed = worker0_steps(c, ns)
         created = [p for p in pods(c, ns) if p["metadata"]["uid"] not in before]
     finally:
-        if stopped is not None:
-            localnode.start(c) if stopped == 0 else localnode.start_extra(c, stopped, nodes=3)
-        c.kubectl("-n", ns, "delete", "ddpj", JOB, "--wait=true", "--timeout=120s", check=False)
-        wait_until(lambda: not pods(c, ns), timeout=120, what="the job's pods gone")
+        end_run(c, ns, stopped)
     stall, back_s = advancing - at, back - at
     lost_steps = max(0, reached - resumed) if resumed is not None and resumed <= reached else 0
     row = {
@@ -213,10 +218,7 @@ def torchft_run(
         lines, _, resumed = worker0_steps(c, ns)
         created = [p for p in pods(c, ns) if p["metadata"]["uid"] not in before]
     finally:
-        if stopped is not None:
-            localnode.start(c) if stopped == 0 else localnode.start_extra(c, stopped, nodes=3)
-        c.kubectl("-n", ns, "delete", "ddpj", JOB, "--wait=true", "--timeout=120s", check=False)
-        wait_until(lambda: not pods(c, ns), timeout=120, what="the job's pods gone")
+        end_run(c, ns, stopped)
     earlier = [t for t, _ in lines if t <= at]
     usual = statistics.median([b - a for a, b in zip(earlier, earlier[1:], strict=False)] or [0.0])
     back_at = next(t for t, s in lines if t > at and s > reached)
