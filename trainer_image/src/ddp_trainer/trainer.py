@@ -26,6 +26,7 @@ from .distributed_env import DistEnv
 from .final_step import write_final_step
 from .lr_schedule import LearningRateSchedule, peak_lr_for_batch, reference_batch, scaling_rule
 from .metrics import TrainerMetrics, metrics_address, serve
+from .phase_timer import PhaseTimer
 from .preemption import PreemptionFlag, StepVote
 from .progress_log import Identity, done_line, emit, progress_line, resumed_line, sized_line, warn
 from .resume_checks import RunShape, check_resumable
@@ -63,6 +64,7 @@ class Trainer:
         device_name = torch.cuda.get_device_name(device) if device.type == "cuda" else ""
         self.peak_tflops = peak_tflops(device_name, cfg.metrics.peak_tflops)
         self.metrics = TrainerMetrics(who.job, env.rank, who.attempt)
+        self.phases = PhaseTimer(self._observe_phases, device)  # CUDA events on a GPU, read a window late
         if replicas is None:
             self.ddp, self.model = wrap_model(self.workload.model, device, cfg.ddp, self._warn)
             self.optimizer = make_optimizer(self.ddp, cfg.train, use_fused(cfg.train.fused, device))
@@ -243,21 +245,21 @@ class Trainer:
         while self.step < cfg.train.steps:
             if self.replicas is not None and self.replicas.start_step():  # healed: the data goes on at its step
                 batches = iter(self._loader())
-            t0 = time.perf_counter()
+            t0 = self.phases.mark()
             inputs, targets = next(batches)
             inputs = inputs.to(self.device, non_blocking=True)
             targets = targets.to(self.device, non_blocking=True)
-            t1 = time.perf_counter()
+            t1 = self.phases.mark()
             lr = self.schedule.apply(self.optimizer, self.step)
             loss_sum += self._forward_backward(inputs, targets)
-            t2 = time.perf_counter()
+            t2 = self.phases.mark()
             if cfg.train.grad_clip > 0:
                 self.scaler.unscale_(self.optimizer)  # clip the true gradients, not the scaled ones (fp16)
                 torch.nn.utils.clip_grad_norm_(self.ddp.parameters(), cfg.train.grad_clip)
             self.scaler.step(self.optimizer)  # fp16: skipped when a gradient overflowed; else optimizer.step()
             self.scaler.update()
             self.optimizer.zero_grad(set_to_none=True)
-            t3 = time.perf_counter()
+            t3 = self.phases.mark()
             if self.replicas is None:
                 self.step += 1
                 self.samples += self.global_batch
@@ -265,9 +267,10 @@ class Trainer:
             elif self.replicas.after_step():  # not committed: the step and its batch run again
                 batches = iter(self._loader())
             window_steps += 1
-            self._observe_phases(t1 - t0, t2 - t1, t3 - t2)
+            self.phases.step((t0, t1, t2, t3))
             if self.step % cfg.log.every_steps == 0 or self.step == cfg.train.steps:
                 self._report(loss_sum, window_steps, window_start, lr)
+                self.phases.window_done()
                 loss_sum.zero_()
                 window_start, window_steps, self.window_samples = time.monotonic(), 0, self.samples
             if isinstance(self.store, DcpStore):
@@ -278,6 +281,7 @@ class Trainer:
             if self.store is not None and self.step < cfg.train.steps and (verdict.save or self._save_by_steps()):
                 self.save_checkpoint()
         self.vote.settle()
+        self.phases.flush()
         if not finish:
             return exit_codes.OK
         if cfg.checkpoint.on_finish and self.last_checkpoint_step != self.step:
