@@ -242,6 +242,7 @@ def with_metrics(pod):
     ({"step": 90, "replicaGroups": 3, "updateTime": "2026-01-01T11:58:00Z"}, False),  # read before the failure
     ({"step": 130, "replicaGroups": 2, "updateTime": "2026-01-01T11:59:59Z"}, False),  # not back in the quorum
     ({"step": 140, "replicaGroups": 3, "updateTime": "2026-01-01T11:59:59Z"}, True),
+    ({"step": 140, "updateTime": "2026-01-01T11:59:59Z"}, True),  # report() alone: no group count, the pods' word
 ])
 def test_a_recovery_ends_when_worker_0_sees_the_replacement_back_in_its_quorum(scraped, want_done):
     """A running replacement is not back yet: it still starts its process and heals from a peer."""

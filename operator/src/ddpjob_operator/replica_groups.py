@@ -225,16 +225,19 @@ def lighthouse_step(
 def rejoined(spec: JobSpec, status: JobStatus, scraped: dict[str, Any] | None, has_metrics: bool) -> bool:
     """TorchFT: the replaced groups are back in the quorum, so the recovery is over. A running replacement is not
     enough: it still starts its process and heals from a peer. Worker 0's own count says when (a scrape read after
-    the failure); a trainer that serves no metrics port has only its pods' word."""
+    the failure); a trainer that serves no metrics port, or no ddp_trainer_replica_groups on it, has only its pods'
+    word."""
     if not spec.fault_tolerance.torchft or not has_metrics:
         return True
     scraped = scraped or {}
+    if scraped and "replicaGroups" not in scraped:
+        return True  # a trainer of its own (report()) that does not count the groups: its pods' word, then
     entries = status.get("recoveries") or []
     failed_at = parse_time(entries[-1].get("time")) if entries else None
     read_at = parse_time(scraped.get("updateTime"))
-    if "replicaGroups" not in scraped or read_at is None or (failed_at is not None and read_at <= failed_at):
+    if read_at is None or (failed_at is not None and read_at <= failed_at):
         return False
-    return int(scraped["replicaGroups"]) >= status["replicas"]
+    return int(scraped.get("replicaGroups", 0)) >= status["replicas"]
 
 
 def show_degraded(status: JobStatus, spec: JobSpec, running: int, now: datetime) -> None:
