@@ -6,7 +6,7 @@ import copy
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from ddpjob_operator import api
+from ddpjob_operator import api, replica_groups
 from ddpjob_operator.plan import Observed
 from ddpjob_operator.timefmt import format_time
 
@@ -182,5 +182,6 @@ def running_pods(job: str, n: int, attempt: int = 0) -> list[dict[str, Any]]:
 def observe(job: dict, pods: list[dict] | None = None, nodes: list[dict] | None = None,
             service: bool = True, now: datetime = NOW) -> Observed:
     nodes = nodes if nodes is not None else [make_node()]
-    return Observed(job=job, pods=pods or [], nodes={n["metadata"]["name"]: n for n in nodes},
-                    service_exists=service, now=now)
+    workers, lighthouses = replica_groups.split(pods or [])  # as the watch cache tells them apart
+    return Observed(job=job, pods=workers, nodes={n["metadata"]["name"]: n for n in nodes},
+                    service_exists=service, now=now, lighthouses=lighthouses)

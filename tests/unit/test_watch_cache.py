@@ -85,6 +85,18 @@ def test_observe_sees_only_pods_the_job_controls_and_their_nodes():
     assert obs.service_exists and obs.network_policy_exists
 
 
+def test_observe_tells_a_lighthouse_apart_from_the_workers_and_reads_its_node():
+    """TorchFT's Lighthouse carries the job's label but is no worker: never counted, sorted or replaced as one."""
+    job = make_job("a").running().build()
+    lighthouse = make_pod("a", 0).on_node("other").build()
+    lighthouse["metadata"].update(name="a-lighthouse", uid="lh")
+    lighthouse["metadata"]["labels"] = {"ddpjob.dev/job-name": "a", "app.kubernetes.io/component": "lighthouse"}
+    obs = cache(job, [make_pod("a", 0).build(), lighthouse], [make_node("node-0"), make_node("other")]).observe(KEY, NOW)
+    assert [p["metadata"]["name"] for p in obs.pods] == ["a-worker-0"]
+    assert [p["metadata"]["name"] for p in obs.lighthouses] == ["a-lighthouse"]
+    assert sorted(obs.nodes) == ["node-0", "other"]
+
+
 def owned_by(job):
     return [{"kind": "DDPJob", "name": job["metadata"]["name"], "uid": job["metadata"]["uid"], "controller": True}]
 

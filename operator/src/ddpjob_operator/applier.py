@@ -55,7 +55,7 @@ class PlanApplier:
         ns, job = meta["namespace"], meta["name"]
         key = (ns, job)
         result = ApplyResult()
-        uids = {p["metadata"]["name"]: p["metadata"]["uid"] for p in obs.pods}
+        uids = {p["metadata"]["name"]: p["metadata"]["uid"] for p in obs.pods + obs.lighthouses}
         by_name = {p["metadata"]["name"]: p for p in obs.pods}
         # One after another, in the Plan's order: sending these at once made the chaos suites count an extra failure
         # now and then (a pod of the new attempt deleted right after its creation), not yet understood.

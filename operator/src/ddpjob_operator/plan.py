@@ -67,6 +67,9 @@ class Observed:
     admission: Admission | None = None  # Kueue's admission, once the planner has read it
     # It is this elastic job's turn at freed room (room_wakeups.py): it may decide to grow now.
     may_grow: bool = True
+    # faultTolerance TorchFT: the job's Lighthouse pods, told apart from its workers (`pods`) as the cache reads them
+    # (replica_groups.py); their nodes are in `nodes` too.
+    lighthouses: list[dict[str, Any]] = field(default_factory=list)
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,8 @@
   5. a refused pod's verdict, failure policy (failure_class.py, no_progress.py), success policy, then the
      placement timeout (placement_timeout.py) and an elastic resize (resize_policy.py);
   6. create the headless Service (never adopting another's: ownership.py) and the missing pods;
-  7. readiness, phase and progress.
+  7. readiness, phase and progress;
+  8. TorchFT's Lighthouse, one pod beside the workers (replica_groups.py).
 
 Destructive actions follow only from state already written: a restart or a suspension first bumps
 status.attempt (one status write), and a later pass deletes the pods whose attempt label is older. A pod's
@@ -21,13 +22,13 @@ that the next pass cannot finish, and a pass that runs twice on the same state d
 from __future__ import annotations
 
 import copy
-import dataclasses
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
 from . import (
     api,
+    builders,
     failure_class,
     failures,
     gang,
@@ -49,14 +50,7 @@ from . import (
 )
 from . import conditions as c
 from .attempt_status import drop_restart_clock, new_group, sized, start_no_sooner
-from .builders import (
-    JobRef,
-    build_lighthouse_pod,
-    build_network_policy,
-    build_podgroup,
-    build_service,
-    build_worker_pod,
-)
+from .builders import JobRef, build_network_policy, build_podgroup, build_service, build_worker_pod
 from .capacity import GROW, SHRINK, size_to_start
 from .no_progress import (
     Liveness,
@@ -68,9 +62,8 @@ from .no_progress import (
 from .placement_steps import running as is_running
 from .plan import Observed, Plan
 from .pod_sort import SortedPods, sort_pods
-from .progress import REJOIN_SCRAPE_SECONDS, metrics_url
 from .restart_policy import RESTART, RestartBudget, backoff_seconds, decide_restart
-from .spec import IN_PLACE, JobSpec, parse_spec
+from .spec import JobSpec, parse_spec
 from .status import JobStatus, LastFailure, status_of
 from .timefmt import format_time, parse_time
 
@@ -155,8 +148,6 @@ def plan_reconcile(obs: Observed, settings: PlannerSettings = PlannerSettings())
     if len({p["metadata"]["name"] for p in obs.pods}) < len(obs.pods):
         plan.requeue(DUPLICATE_NAME_RETRY_SECONDS)
         return plan
-    workers, lighthouses = replica_groups.split(obs.pods)
-    obs = dataclasses.replace(obs, pods=workers)
     old = status_of(job)
     status = copy.deepcopy(old)
     if "attempt" not in status:
@@ -169,32 +160,16 @@ def plan_reconcile(obs: Observed, settings: PlannerSettings = PlannerSettings())
     status.setdefault("desiredReplicas", status["replicas"])
     status.setdefault("sizeText", f"{status['replicas']}/{status['desiredReplicas']}")
 
-    lost = lambda pod: failures.node_lost(pod, obs.nodes, obs.now, settings.node_lost_grace_seconds)  # noqa: E731
-    down = replica_groups.lighthouse_failure(spec, status, lighthouses, lost, obs.now)
-    status = _plan_steps(obs, settings, ref, spec, status, plan, down)
-    replica_groups.lighthouse_step(
-        ref.name,
-        spec,
-        status,
-        workers,
-        lighthouses,
-        plan,
-        build=lambda: build_lighthouse_pod(ref, spec),
-        lost=lost,
-    )
+    status = _plan_steps(obs, settings, ref, spec, status, plan)
+    grace = settings.node_lost_grace_seconds
+    replica_groups.lighthouse_step(obs, spec, status, plan, lambda: builders.build_lighthouse_pod(ref, spec), grace)
     if status != old:
         plan.status = status
     return plan
 
 
 def _plan_steps(
-    obs: Observed,
-    settings: PlannerSettings,
-    ref: JobRef,
-    spec: JobSpec,
-    status: JobStatus,
-    plan: Plan,
-    lighthouse_down: failures.Failure | None = None,
+    obs: Observed, settings: PlannerSettings, ref: JobRef, spec: JobSpec, status: JobStatus, plan: Plan
 ) -> JobStatus:
     attempt = status["attempt"]
     pods = sort_pods(obs.pods, attempt, status["replicas"], replace_pod.replaced_uids(status))
@@ -238,7 +213,7 @@ def _plan_steps(
         out = _fail(obs, status, plan, pod_rejection.INVALID_REASON, pod_rejection.verdict_message(refusal))
         out.pop("launchedAttempt", None)  # its pods were never all created
         return out
-    new_status = _failure_policy(obs, settings, spec, status, pods, plan, lighthouse_down)
+    new_status = _failure_policy(obs, settings, spec, status, pods, plan)
     if new_status is not None:
         return new_status
     new_status = _success_policy(obs, spec, status, pods, plan)
@@ -422,17 +397,11 @@ def _requeue_for_node_grace(obs: Observed, settings: PlannerSettings, pod: dict[
 
 
 def _failure_policy(
-    obs: Observed,
-    settings: PlannerSettings,
-    spec: JobSpec,
-    status: JobStatus,
-    pods: SortedPods,
-    plan: Plan,
-    lighthouse_down: failures.Failure | None = None,
+    obs: Observed, settings: PlannerSettings, spec: JobSpec, status: JobStatus, pods: SortedPods, plan: Plan
 ) -> JobStatus | None:
     found = current_failures(obs, settings, spec, status, pods, plan)
-    if lighthouse_down is not None:
-        found.append(lighthouse_down)  # no worker of it to replace alone: the group is recreated
+    # A lost Lighthouse has no worker to replace alone: the group is recreated.
+    found += replica_groups.lighthouse_failures(obs, spec, status, settings.node_lost_grace_seconds)
     in_place.take_in(obs, spec, status, plan, [f.in_place_restarts for f in found])
     if not found:
         return None
@@ -520,8 +489,7 @@ def _success_policy(obs: Observed, spec: JobSpec, status: JobStatus, pods: Sorte
     replicas = status["replicas"]
     done = [p for p in pods.current.values() if (p.get("status") or {}).get("phase") == "Succeeded"]
     done_indices = {i for i, p in pods.current.items() if p in done}
-    torchft = spec.fault_tolerance.torchft
-    if len(done) < replicas and not replace_pod.finished_without_replacement(status, done_indices, torchft):
+    if len(done) < replicas and not replace_pod.finished_without_replacement(spec, status, done_indices):
         return None
     # In-place restarts after the last scrape are only in the pods' termination records.
     in_place.take_in(obs, spec, status, plan, [failures.in_place_restarts_of(p) for p in done])
@@ -659,18 +627,8 @@ def _readiness(
                 plan.observe("resize_duration", (obs.now - since).total_seconds(), direction=direction)
     elif running < replicas and phase == c.RUNNING and not status.get("replacing"):
         status.update(c.enter_phase(status, c.PENDING, "PodsNotRunning", f"{running}/{replicas} pods running", obs.now))
-    has_metrics = metrics_url(obs) is not None
-    if status.get("replacing") and spec.fault_tolerance.torchft and has_metrics:
-        plan.requeue(REJOIN_SCRAPE_SECONDS)
-    if (
-        status.get("replacing")
-        and phase == c.RUNNING
-        and replica_groups.rejoined(spec, status, obs.progress, has_metrics)
-        and replace_pod.done(status, pods.current, running)
-    ):
-        recoveries.close(status, obs.now, plan)
-        if spec.run_policy.restart_strategy == IN_PLACE and not spec.fault_tolerance.torchft:
-            in_place.expect_join(status, obs.now)
+    if status.get("replacing") and phase == c.RUNNING:
+        replace_pod.end_when_back(obs, spec, status, pods.current, running, plan)
     if status.get("phase") != c.RUNNING:
         return
     replica_groups.show_degraded(status, spec, running, obs.now)

@@ -25,9 +25,10 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from . import failure_class, failures, in_place, recoveries
+from . import failure_class, failures, in_place, recoveries, replica_groups
 from .failures import Failure
-from .plan import Plan
+from .plan import Observed, Plan
+from .progress import REJOIN_SCRAPE_SECONDS, metrics_url
 from .spec import IN_PLACE, JobSpec
 from .status import JobStatus
 
@@ -122,6 +123,21 @@ def replace(
     plan.requeue(0)
 
 
+def end_when_back(
+    obs: Observed, spec: JobSpec, status: JobStatus, current: dict[int, dict[str, Any]], running: int, plan: Plan
+) -> None:
+    """A Running job replacing pods: the recovery ends once every pod runs again (done) and, under TorchFT, the
+    replacements are back in worker 0's quorum (replica_groups.rejoined; worker 0 is read often meanwhile)."""
+    has_metrics = metrics_url(obs) is not None
+    if spec.fault_tolerance.torchft and has_metrics:
+        plan.requeue(REJOIN_SCRAPE_SECONDS)
+    if not replica_groups.rejoined(spec, status, obs.progress, has_metrics) or not done(status, current, running):
+        return
+    recoveries.close(status, obs.now, plan)
+    if spec.run_policy.restart_strategy == IN_PLACE:
+        in_place.expect_join(status, obs.now)
+
+
 def done(status: JobStatus, current: dict[int, dict[str, Any]], running: int) -> bool:
     """Every pod of the attempt runs again: nothing is being replaced any more (True when that happens now)."""
     if status.get("replacing") and running == status["replicas"] and len(current) == status["replicas"]:
@@ -130,12 +146,12 @@ def done(status: JobStatus, current: dict[int, dict[str, Any]], running: int) ->
     return False
 
 
-def finished_without_replacement(status: JobStatus, done_indices: set[int], torchft: bool = False) -> bool:
+def finished_without_replacement(spec: JobSpec, status: JobStatus, done_indices: set[int]) -> bool:
     """The survivors may finish the training while a lost pod's replacement still waits (InPlace elastic: for
     room; TorchFT: any group, for its replacement to start). Their group was complete without it, and the
     replacement is cleaned up with the job."""
     replacing = not_missing(status)
-    finisher = bool(done_indices) if torchft else 0 in done_indices
+    finisher = bool(done_indices) if spec.fault_tolerance.torchft else 0 in done_indices
     return bool(replacing) and finisher and done_indices | replacing >= set(range(status["replicas"]))
 
 

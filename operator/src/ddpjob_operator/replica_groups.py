@@ -23,7 +23,7 @@ from typing import Any
 from . import api, failures
 from . import conditions as c
 from .failures import Failure
-from .plan import Plan
+from .plan import Observed, Plan
 from .spec import JobSpec, trainer_container
 from .status import JobStatus
 from .timefmt import parse_time
@@ -159,47 +159,38 @@ def plan_lighthouse(
     return LighthousePlan(create=[build()])
 
 
-def lighthouse_failure(
-    spec: JobSpec, status: JobStatus, lighthouses: list[dict[str, Any]], lost: Callable[[dict], bool], now: datetime
-) -> Failure | None:
+def _lost(obs: Observed, grace_seconds: float) -> Callable[[dict], bool]:
+    return lambda pod: failures.node_lost(pod, obs.nodes, obs.now, grace_seconds)
+
+
+def lighthouse_failures(obs: Observed, spec: JobSpec, status: JobStatus, grace_seconds: float) -> list[Failure]:
     """The Running job's Lighthouse is gone (its node lost, its process ended, or deleted): a failure of the whole
     group. Measured on the local nodes: replica groups whose Lighthouse was made again went on heartbeating to the
     new one but never joined its quorum (their quorum call held on to the old one for quorumTimeoutSeconds), so the
     group is recreated from the newest checkpoint, with a new Lighthouse, instead of hanging."""
     if not spec.fault_tolerance.torchft or status.get("phase") != c.RUNNING:
-        return None
-    for pod in lighthouses:
+        return []
+    lost = _lost(obs, grace_seconds)
+    for pod in obs.lighthouses:
         name = pod["metadata"]["name"]
         phase = (pod.get("status") or {}).get("phase")
         if lost(pod):
-            return Failure(
-                pod=name,
-                kind=failures.NODE_LOST,
-                reason="LighthouseLost",
-                at=now,
-                message=f"the job's Lighthouse {name} lost its node: no replica group can form a quorum",
-            )
+            message = f"the job's Lighthouse {name} lost its node: no replica group can form a quorum"
+            return [Failure(pod=name, kind=failures.NODE_LOST, reason="LighthouseLost", at=obs.now, message=message)]
         if phase in ("Succeeded", "Failed") or pod["metadata"].get("deletionTimestamp"):
             why = "was deleted" if pod["metadata"].get("deletionTimestamp") else f"ended ({phase})"
-            return Failure(
-                pod=name,
-                kind=failures.DELETED,
-                reason="LighthouseEnded",
-                at=now,
-                message=f"the job's Lighthouse {name} {why}: no replica group can form a quorum",
-            )
-    return None
+            message = f"the job's Lighthouse {name} {why}: no replica group can form a quorum"
+            return [Failure(pod=name, kind=failures.DELETED, reason="LighthouseEnded", at=obs.now, message=message)]
+    return []
 
 
 def lighthouse_step(
-    job_name: str,
+    obs: Observed,
     spec: JobSpec,
     status: JobStatus,
-    workers: list[dict[str, Any]],
-    lighthouses: list[dict[str, Any]],
     plan: Plan,
     build: Callable[[], dict[str, Any]],
-    lost: Callable[[dict], bool],
+    grace_seconds: float,
 ) -> None:
     """The planner's Lighthouse step, after the others: it lives while the job's workers may run (it is made with
     the first workers, so after Kueue's admission), and goes when the job is suspended or ends."""
@@ -208,14 +199,15 @@ def lighthouse_step(
         spec.fault_tolerance.torchft
         and not c.is_terminal(phase)
         and phase != c.SUSPENDED
-        and bool(plan.create_pods or workers)
+        and bool(plan.create_pods or obs.pods)
     )
-    decided = plan_lighthouse(wanted, lighthouses, build, lost)
+    decided = plan_lighthouse(wanted, obs.lighthouses, build, _lost(obs, grace_seconds))
     plan.create_pods[:0] = decided.create  # before the workers: their Managers ask it for a quorum first thing
     plan.delete_pods += [name for name in decided.delete if name not in plan.delete_pods]
     plan.force_delete_pods += [name for name in decided.force_delete if name not in plan.force_delete_pods]
-    if decided.create and workers:
-        plan.event("Normal", "LighthouseCreated", f"created the Lighthouse pod {lighthouse_name(job_name)} again")
+    if decided.create and obs.pods:
+        name = lighthouse_name(obs.job["metadata"]["name"])
+        plan.event("Normal", "LighthouseCreated", f"created the Lighthouse pod {name} again")
     for name in decided.force_delete:
         plan.event(
             "Warning", "LighthouseLost", f"the Lighthouse pod {name} is on a lost node: force-deleted, made again"

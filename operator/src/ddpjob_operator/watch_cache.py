@@ -16,7 +16,7 @@ from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
-from . import api, gang_discovery, kueue, owner_refs
+from . import api, gang_discovery, kueue, owner_refs, replica_groups
 from .capacity import NodeRoom, Requests, count_in, free_room, pod_requests, slim_allocatable, usable
 from .plan import Observed
 from .resize_policy import AUTOSCALER_PREFIX
@@ -403,8 +403,9 @@ class WatchCache:
         if job is None or job["metadata"].get("deletionTimestamp") or self.terminating(key[0]):
             return None
         pods, foreign, podgroups, foreign_podgroups = self._controlled(key, job)
+        pods, lighthouses = replica_groups.split(pods)
         nodes = {}
-        for name in sorted({p["spec"].get("nodeName") for p in pods} - {None, ""}):
+        for name in sorted({p["spec"].get("nodeName") for p in pods + lighthouses} - {None, ""}):
             node = _first(self.nodes, name)
             if node is not None:
                 nodes[name] = node
@@ -425,6 +426,7 @@ class WatchCache:
             foreign_pods=foreign,
             capacity=self.capacity(job, {p["metadata"]["uid"] for p in pods}),
             kueue=self.kueue_view(key, job),
+            lighthouses=lighthouses,
         )
 
     def kueue_view(self, key: Key, job: dict[str, Any]) -> kueue.View | None:
