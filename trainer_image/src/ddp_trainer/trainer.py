@@ -236,7 +236,7 @@ class Trainer:
         """Step until --train.steps. finish=False skips the final checkpoint, evaluation and done line (the
         benchmark calls train() in slices)."""
         cfg = self.cfg
-        loader = self._loader()
+        loader = self.data_loader()
         batches = iter(loader)
         window_start, window_steps, self.window_samples = time.monotonic(), 0, self.samples
         loss_sum = torch.zeros((), device=self.device)
@@ -244,7 +244,7 @@ class Trainer:
         self.metrics.step.set(self.step)
         while self.step < cfg.train.steps:
             if self.replicas is not None and self.replicas.start_step():  # healed: the data goes on at its step
-                batches = iter(self._loader())
+                batches = iter(self.data_loader())
             t0 = self.phases.mark()
             inputs, targets = next(batches)
             inputs = inputs.to(self.device, non_blocking=True)
@@ -265,7 +265,7 @@ class Trainer:
                 self.samples += self.global_batch
                 self.position = self.position.after_batch(self.global_batch, self.dataset_len)
             elif self.replicas.after_step():  # not committed: the step and its batch run again
-                batches = iter(self._loader())
+                batches = iter(self.data_loader())
             window_steps += 1
             self.phases.step((t0, t1, t2, t3))
             if self.step % cfg.log.every_steps == 0 or self.step == cfg.train.steps:
@@ -303,9 +303,6 @@ class Trainer:
 
     def data_loader(self) -> DataLoader:
         """The data pipeline train() iterates (bench_gpu.baseline_throughput times a bare loop over the same one)."""
-        return self._loader()
-
-    def _loader(self) -> DataLoader:
         from .sampler import GlobalBatchSampler
 
         data = self.workload.train_set
