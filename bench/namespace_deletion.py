@@ -56,6 +56,58 @@ def gone(core: client.CoreV1Api, namespace: str) -> bool:
     return False
 
 
+def podgroups(api: client.ApiClient, namespace: str) -> list:
+    """The namespace's PodGroups; none where the cluster does not serve the gang API."""
+    try:
+        listed = client.CustomObjectsApi(api).list_namespaced_custom_object(
+            "scheduling.k8s.io", "v1alpha2", namespace, "podgroups"
+        )
+    except ApiException as exc:
+        if exc.status == 404:
+            return []
+        raise
+    return listed["items"]
+
+
+class Timeline:
+    """What the deletion waits on, read while it runs: when the last tracking finalizer went, when the last pod
+    went, and each namespace condition the namespace controller wrote (its passes show in them: a pass that still
+    finds finalizers waits 8 s for the next, one that finds bare pods retries at once)."""
+
+    def __init__(self, core: client.CoreV1Api, namespace: str, started: float):
+        self.core, self.namespace, self.started = core, namespace, started
+        self.finalizers_gone: float | None = None
+        self.pods_gone: float | None = None
+        self.podgroups_gone: float | None = None
+        self.conditions: dict[str, float] = {}
+
+    def gone(self) -> bool:
+        now = round(time.monotonic() - self.started, 2)
+        pods = self.core.list_namespaced_pod(self.namespace).items
+        if self.finalizers_gone is None and not any(p.metadata.finalizers for p in pods):
+            self.finalizers_gone = now
+        if self.pods_gone is None and not pods:
+            self.pods_gone = now
+        if self.podgroups_gone is None and not podgroups(self.core.api_client, self.namespace):
+            self.podgroups_gone = now
+        try:
+            ns = self.core.read_namespace(self.namespace)
+        except ApiException as exc:
+            return exc.status == 404
+        for cond in (ns.status.conditions or []) if ns.status else []:
+            seen = f"{cond.type}={cond.status}: {cond.message}"
+            self.conditions.setdefault(seen, now)
+        return False
+
+    def as_dict(self) -> dict:
+        return {
+            "finalizers_gone_s": self.finalizers_gone,
+            "pods_gone_s": self.pods_gone,
+            "podgroups_gone_s": self.podgroups_gone,
+            "namespace_conditions_first_seen_s": self.conditions,
+        }
+
+
 def restarts_counted(party: Party) -> float:
     from prometheus_client.parser import text_string_to_metric_families
 
@@ -100,9 +152,10 @@ def run_case(
         raise RuntimeError(f"{party_name}: {a.jobs} jobs not Running in {a.timeout_seconds}s")
     say(f"{party_name}: {a.jobs} jobs x {PODS} pods Running; deleting ({how})")
     started = time.monotonic()  # the delete call itself counts (a collection delete answers in seconds)
+    timeline = Timeline(core, namespace, started)
     if how == "namespace":
         _ = core.delete_namespace(namespace, _preload_content=False).data
-        done = wait(lambda: gone(core, namespace), a.timeout_seconds, f"{party_name}: namespace deletion")
+        done = wait(timeline.gone, a.timeout_seconds, f"{party_name}: namespace deletion")
     else:
         custom.delete_collection_namespaced_custom_object("ddpjob.dev", "v1alpha1", namespace, "ddpjobs")
         done = wait(lambda: not core.list_namespaced_pod(namespace).items, a.timeout_seconds, f"{party_name}: pods")
@@ -124,6 +177,7 @@ def run_case(
         "seconds": None if took is None else round(took, 1),
         "finished": took is not None,
         "restarts_counted": restarts,
+        **({"timeline": timeline.as_dict()} if how == "namespace" else {}),
     }
 
 

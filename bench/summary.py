@@ -214,7 +214,8 @@ def gang_rows(gang: dict) -> list[str]:
 
 def deletion_rows(after: dict, before: dict | None) -> list[str]:
     """Namespace deletion with N running jobs: this operator vs the bare pods' floor (same run), the previous
-    operator (an earlier run, when measured) and Kubeflow's 15 s (issue 20's reference)."""
+    operator (in the same run, else an earlier one, when measured) and Kubeflow's 13.8 s (issue 27's figure: 100
+    running 2-pod jobs on a 60-node cluster; not measured here)."""
     setup, ns, floor, jobs = (
         after["setup"],
         after["operator_namespace"],
@@ -232,7 +233,7 @@ def deletion_rows(after: dict, before: dict | None) -> list[str]:
     elif before is not None:
         old = before["operator_namespace"]
         was = f"; before: {took(old)}, {old['restarts_counted']:g} restarts counted"
-    aim = 15.0
+    aim = 13.8
     return [
         f"| delete a namespace with {setup['jobs']} running {setup['pods_per_job']}-pod jobs (restarts counted: "
         f"{ns['restarts_counted']:g}{was}) | {took(ns)} | {took(floor)} (bare pods, no finalizer) | "

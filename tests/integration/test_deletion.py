@@ -13,8 +13,10 @@ import signal
 import time
 
 from support.cluster import wait_until
+from support.operator import OperatorProcess
 
 from ddpjob_manifests import ddpjob
+from namespaced_kubectl import Kube
 
 JOBS = 20
 GONE_WITHIN_SECONDS = 90
@@ -44,9 +46,24 @@ def no_restart_logged(log: str, namespace: str) -> bool:
     return not any(namespace in line and "restarting the group" in line for line in log.splitlines())
 
 
+def deleted_by_the_operator(log: str, namespace: str, what: str, names: list[str]) -> list[str]:
+    """`names` the operator's log does not show it deleting (`what`: pod or PodGroup)."""
+    lines = [line for line in log.splitlines() if f"job={namespace}/" in line]
+    if what == "pod":
+        done = {line.rsplit(" pod=", 1)[1].split()[0] for line in lines if 'msg="deleted pod"' in line}
+    else:
+        done = {line.split(f'msg="deleted {what} ', 1)[1].split('"')[0] for line in lines
+                if f'msg="deleted {what} ' in line}
+    return [n for n in names if n not in done]
+
+
 def test_deleting_a_namespace_with_running_jobs_releases_every_pod_and_counts_no_failure(
         cluster, kube, operator):
-    running_jobs(kube, JOBS)
+    names = running_jobs(kube, JOBS)
+    pods = [p["metadata"]["name"] for name in names for p in kube.pods(name)]
+    podgroups = [g["metadata"]["name"] for g in json.loads(kube("get", "podgroups.scheduling.k8s.io", "-o", "json")
+                                                           .stdout)["items"]]
+    assert len(pods) == 2 * JOBS and len(podgroups) == JOBS, "the shared cluster gang-schedules each job"
     started = time.monotonic()
     cluster.kubectl("delete", "namespace", kube.ns, "--wait=false")
     wait_until(lambda: namespace_gone(cluster, kube.ns), timeout=GONE_WITHIN_SECONDS, interval=0.5,
@@ -56,7 +73,29 @@ def test_deleting_a_namespace_with_running_jobs_releases_every_pod_and_counts_no
     assert operator.metric("ddpjob_jobs_failed_total") == 0
     assert no_restart_logged(operator.log(), kube.ns)
     assert "unable to create new content" not in operator.log()
+    # Deleted by the operator as soon as it saw the namespace go, not 5 s later by the namespace controller, whose
+    # next look comes 8 s later whenever a finalizer (the pods' or the PodGroups') still holds something.
+    assert deleted_by_the_operator(operator.log(), kube.ns, "pod", pods) == []
+    assert deleted_by_the_operator(operator.log(), kube.ns, "PodGroup", podgroups) == []
     print(f"namespace with {JOBS} running 2-pod jobs deleted in {took:.1f}s")
+
+
+def test_a_namespace_deleted_on_a_cluster_without_gang_scheduling_goes_the_same_way(
+        cluster, namespace, tmp_path):
+    op = OperatorProcess(cluster.kubeconfig, [namespace], tmp_path / "operator.log", verbose=False,
+                         env={"DDPJOB_GANG_SCHEDULING": "off"}).start()
+    kube = Kube(cluster, namespace)
+    try:
+        names = running_jobs(kube, 3)
+        pods = [p["metadata"]["name"] for name in names for p in kube.pods(name)]
+        assert json.loads(kube("get", "podgroups.scheduling.k8s.io", "-o", "json").stdout)["items"] == []
+        cluster.kubectl("delete", "namespace", namespace, "--wait=false")
+        wait_until(lambda: namespace_gone(cluster, namespace), timeout=GONE_WITHIN_SECONDS, interval=0.5,
+                   what=f"namespace {namespace} gone")
+        assert deleted_by_the_operator(op.log(), namespace, "pod", pods) == []
+        assert no_restart_logged(op.log(), namespace)
+    finally:
+        op.stop()
 
 
 def test_a_namespace_deleted_while_the_operator_is_down_goes_once_it_is_back(cluster, kube, operator):

@@ -347,10 +347,35 @@ def test_tracking_finalizer_is_released_only_after_the_status_moved_past_the_pod
 
 
 def test_orphaned_pods_of_a_deleted_job_are_released():
-    from ddpjob_operator.planner import plan_release_orphans
+    from ddpjob_operator.orphans import plan_release_orphans
     plan = plan_release_orphans([make_pod("a", 0).terminating().build(), make_pod("a", 1).untracked().build()])
     assert plan.release_pods == ["a-worker-0"]
     assert (plan.status, plan.create_pods, plan.delete_pods) == (None, [], [])
+
+
+def _podgroup(name, deleting=False):
+    meta = {"name": name, "uid": f"uid-{name}"}
+    if deleting:
+        meta["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    return {"metadata": meta}
+
+
+@pytest.mark.parametrize("name, pods, groups, terminating, want", [
+    ("a deleted job in a live namespace: the garbage collector deletes, we only release",
+     [make_pod("a", 0), make_pod("a", 1).untracked()], [_podgroup("a-0")], False,
+     (["a-worker-0"], [], [])),
+    ("a namespace being deleted: release, then delete the PodGroups and the pods not yet going",
+     [make_pod("a", 0), make_pod("a", 1).terminating()], [_podgroup("a-0"), _podgroup("a-1", deleting=True)], True,
+     (["a-worker-0", "a-worker-1"], ["a-0"], ["a-worker-0"])),
+    ("a namespace being deleted on a cluster without the gang API",
+     [make_pod("a", 0).untracked()], [], True, ([], [], ["a-worker-0"])),
+])
+def test_a_namespace_being_deleted_has_its_jobs_pods_and_podgroups_deleted_at_once(name, pods, groups, terminating,
+                                                                                   want):
+    from ddpjob_operator.orphans import plan_release_orphans
+    plan = plan_release_orphans([p.build() for p in pods], groups, terminating)
+    assert (plan.release_pods, plan.delete_podgroups, plan.delete_pods) == want, name
+    assert (plan.status, plan.create_pods, plan.events) == (None, [], []), name
 
 
 @pytest.mark.parametrize("name, old, scraped, want_written", [

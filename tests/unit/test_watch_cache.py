@@ -128,6 +128,18 @@ def test_a_terminating_namespace_makes_every_job_there_an_orphan():
     assert view.orphaned_pods(KEY) == [pod]
 
 
+def test_a_gone_or_terminating_jobs_podgroups_are_orphans_and_a_live_jobs_are_not():
+    job = make_job("a").running().build()
+    group = {"metadata": {"name": "a-0", "uid": "pg", "ownerReferences": owned_by(job)}}
+    def view(namespaces=None, gang=True, jobs=True):
+        return WatchCache(jobs={KEY: [job]} if jobs else {}, pods={}, nodes={}, children=[],
+                          namespaces=namespaces or {}, podgroups={KEY: [group]} if gang else None)
+    assert view().orphaned_podgroups(KEY) == []
+    assert view(namespaces={KEY[0]: [True]}).orphaned_podgroups(KEY) == [group]
+    assert view(jobs=False).orphaned_podgroups(KEY) == [group]
+    assert view(namespaces={KEY[0]: [True]}, gang=False).orphaned_podgroups(KEY) == [], "no gang API: none"
+
+
 def test_a_namespace_the_api_server_called_terminating_is_believed_for_a_while():
     clock = [100.0]
     job = make_job("a").running().build()

@@ -204,6 +204,17 @@ class PlanApplier:
         if uid and grace != 0:
             self.expect.deleted_pod(key, uid)
 
+    def free_orphans(self, key: tuple[str, str], pods: list[dict], plan: Plan) -> None:
+        """A gone or deleted job's plan (orphans.py), in its order: finalizers first, then the PodGroups, whose
+        protection finalizer the controller drops once their pods are gone, then the pods, at their own grace."""
+        by_name = {p["metadata"]["name"]: p for p in pods}
+        for name in plan.release_pods:
+            self.release_pod(key, by_name[name])
+        for podgroup in plan.delete_podgroups:
+            self._delete_podgroup(key, podgroup)
+        for name in plan.delete_pods:
+            self._delete_pod(key, name, by_name[name]["metadata"]["uid"], None)
+
     def release_pod(self, key: tuple[str, str], pod: dict) -> None:
         """Drop the tracking finalizer from the pod as the cache shows it. The JSON patch first tests the uid (never
         a newer pod that reuses the name) and that our entry is where the cache saw it, then removes only it; if
@@ -235,6 +246,7 @@ class PlanApplier:
 
     def _delete_podgroup(self, key: tuple[str, str], name: str) -> None:
         self._delete_custom(gang.GROUP, gang.VERSION, key[0], gang.PLURAL, name)
+        log.info("deleted PodGroup %s", name, extra={"job": f"{key[0]}/{key[1]}"})
 
     def _delete_custom(self, group: str, version: str, namespace: str, plural: str, name: str) -> None:
         """Delete a namespaced custom object; already gone is done."""

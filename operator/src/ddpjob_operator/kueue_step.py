@@ -4,7 +4,7 @@ admitted; then at most the admitted count, placed as the admission says; keep th
 from __future__ import annotations
 
 import copy
-import dataclasses
+from dataclasses import dataclass
 
 from . import conditions as c
 from . import kueue, queue_label
@@ -17,13 +17,23 @@ from .status import JobStatus
 NORMAL, WARNING = "Normal", "Warning"
 
 
+@dataclass(frozen=True)
+class Admitted:
+    """The step's decision, for the rest of the pass: Kueue's admission (None where Kueue does not govern the job),
+    and how many pods the job may have now: the cluster's room (Observed.capacity) capped at the admitted count."""
+
+    admission: kueue.Admission | None
+    capacity: int | None
+
+
 def admit(
     obs: Observed, ref: JobRef, spec: JobSpec, status: JobStatus, current: bool, plan: Plan
-) -> tuple[JobStatus | None, Observed]:
+) -> tuple[JobStatus | None, Admitted]:
     """Kueue governs the job (kueue.py): no pods until its Workload is admitted, then at most the admitted count.
-    Returns the held status, or None and the observation with the admission in it."""
+    Returns the held status, or None and what was admitted."""
+    ungoverned = Admitted(admission=None, capacity=obs.capacity)
     if obs.kueue is None:
-        return None, obs
+        return None, ungoverned
     governed = queue_label.governance(obs.job, status, obs.pods, obs.kueue.workloads)
     if queue_label.note(status, governed, obs.now):
         plan.event(WARNING, queue_label.HELD, governed.held or "")
@@ -32,7 +42,7 @@ def admit(
             w["metadata"]["name"] for w in obs.kueue.workloads if not w["metadata"].get("deletionTimestamp")
         ]
         status.pop("queue", None)
-        return None, dataclasses.replace(obs, kueue=None)
+        return None, ungoverned
     template = build_worker_pod(ref, spec, index=0, attempt=0, restarts=0, size=spec.replicas)
     decision = kueue.decide(
         job=obs.job,
@@ -52,7 +62,7 @@ def admit(
         decision.active,
     )
     if decision.hold is not None:
-        return _queued(obs, status, current, plan, decision.hold, governed.queue), obs
+        return _queued(obs, status, current, plan, decision.hold, governed.queue), ungoverned
     admission = decision.admission
     assert admission is not None
     if status.get("launchedAttempt") != status["attempt"] and status["replicas"] != admission.count:
@@ -67,7 +77,7 @@ def admit(
     )
     # Elastic growth never goes past what Kueue admitted.
     capacity = admission.count if obs.capacity is None else min(obs.capacity, admission.count)
-    return None, dataclasses.replace(obs, admission=admission, capacity=capacity)
+    return None, Admitted(admission=admission, capacity=capacity)
 
 
 def _queued(obs: Observed, status: JobStatus, current: bool, plan: Plan, hold: kueue.Hold, queue: str) -> JobStatus:
@@ -107,13 +117,13 @@ def suspended(obs: Observed, plan: Plan) -> None:
     plan.workload_write, plan.workload_active = decision.write, decision.active
 
 
-def pods_ready(obs: Observed, status: JobStatus, plan: Plan) -> None:
+def pods_ready(obs: Observed, admitted: Admitted, status: JobStatus, plan: Plan) -> None:
     """Tell Kueue's waitForPodsReady whether the admitted group runs."""
-    if obs.kueue is None or obs.admission is None or plan.workload_write is not None:
+    if obs.kueue is None or admitted.admission is None or plan.workload_write is not None:
         return
-    admitted = [w for w in obs.kueue.workloads if kueue.admission_of(w, obs.kueue.flavors) is not None]
-    if admitted:
-        plan.workload_write = kueue.pods_ready(admitted[0], status.get("phase") == c.RUNNING, obs.now)
+    workloads = [w for w in obs.kueue.workloads if kueue.admission_of(w, obs.kueue.flavors) is not None]
+    if workloads:
+        plan.workload_write = kueue.pods_ready(workloads[0], status.get("phase") == c.RUNNING, obs.now)
 
 
 def finished(obs: Observed, status: JobStatus, plan: Plan) -> None:

@@ -58,11 +58,11 @@ def placement_timeout(
 
 
 def resize_to_capacity(
-    obs: Observed, spec: JobSpec, status: JobStatus, pods: list[dict[str, Any]], plan: Plan
+    obs: Observed, spec: JobSpec, status: JobStatus, pods: list[dict[str, Any]], plan: Plan, capacity: int | None
 ) -> JobStatus | None:
     """An elastic job whose pods all exist: shrink when its gang truly cannot be placed, grow when room returned
-    and the current group runs (resize_policy.py)."""
-    if spec.elastic is None or obs.capacity is None or status.get("launchedAttempt") != status["attempt"]:
+    and the current group runs (resize_policy.py). `capacity`: the pods it may have now (kueue_step.Admitted)."""
+    if spec.elastic is None or capacity is None or status.get("launchedAttempt") != status["attempt"]:
         return None
     if status.get("phase") not in (c.RUNNING, c.PENDING) or len(pods) < status["replicas"]:
         return None
@@ -78,7 +78,7 @@ def resize_to_capacity(
         status=status,
         desired=spec.replicas,
         minimum=spec.elastic.min_replicas,
-        fits=obs.capacity,
+        fits=capacity,
         unschedulable=unschedulable,
         running=all(running(p) for p in pods),
         now=obs.now,

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from .kueue import Admission, View, WorkloadWrite
+from .kueue import View, WorkloadWrite
 from .status import JobStatus
 
 
@@ -64,7 +64,6 @@ class Observed:
     # Kueue governs this job (it has a queue-name label and the cluster serves Workloads): its Workloads, the
     # ResourceFlavors and PriorityClasses (kueue.py). None: it does not.
     kueue: View | None = None
-    admission: Admission | None = None  # Kueue's admission, once the planner has read it
     # It is this elastic job's turn at freed room (room_wakeups.py): it may decide to grow now.
     may_grow: bool = True
     # faultTolerance TorchFT: the job's Lighthouse pods, told apart from its workers (`pods`) as the cache reads them

@@ -59,6 +59,7 @@ from .no_progress import (
     show_progress_unknown,
     trainer_ready,
 )
+from .orphans import tracked
 from .placement_steps import running as is_running
 from .plan import Observed, Plan
 from .pod_sort import SortedPods, sort_pods
@@ -86,18 +87,6 @@ class PlannerSettings:
     progress_interval_seconds: float = 10.0
     # Progress-only status writes back off to at most one per this many seconds (status_writes.py).
     progress_write_max_seconds: float = 60.0
-
-
-def tracked(pod: dict[str, Any]) -> bool:
-    return api.TRACKING_FINALIZER in (pod["metadata"].get("finalizers") or [])
-
-
-def plan_release_orphans(pods: list[dict[str, Any]]) -> Plan:
-    """Pods whose job is gone (or is being deleted): nothing is left to count, so their tracking finalizers go and
-    the garbage collector removes them."""
-    plan = Plan()
-    plan.release_pods = [p["metadata"]["name"] for p in pods if tracked(p)]
-    return plan
 
 
 def initial_status(
@@ -204,7 +193,7 @@ def _plan_steps(
     if status.get("phase") == c.SUSPENDED:
         kueue_step.suspended(obs, plan)
         return status
-    queued, obs = kueue_step.admit(obs, ref, spec, status, bool(pods.current), plan)
+    queued, admitted = kueue_step.admit(obs, ref, spec, status, bool(pods.current), plan)
     if queued is not None:
         return queued
 
@@ -213,7 +202,7 @@ def _plan_steps(
         out = _fail(obs, status, plan, pod_rejection.INVALID_REASON, pod_rejection.verdict_message(refusal))
         out.pop("launchedAttempt", None)  # its pods were never all created
         return out
-    new_status = _failure_policy(obs, settings, spec, status, pods, plan)
+    new_status = _failure_policy(obs, settings, spec, status, pods, plan, admitted.capacity)
     if new_status is not None:
         return new_status
     new_status = _success_policy(obs, spec, status, pods, plan)
@@ -222,7 +211,9 @@ def _plan_steps(
     new_status = placement_steps.placement_timeout(obs, spec, status, list(pods.current.values()), plan)
     if new_status is not None:
         return new_status
-    new_status = placement_steps.resize_to_capacity(obs, spec, status, list(pods.current.values()), plan)
+    new_status = placement_steps.resize_to_capacity(
+        obs, spec, status, list(pods.current.values()), plan, admitted.capacity
+    )
     if new_status is not None:
         return new_status
 
@@ -234,11 +225,11 @@ def _plan_steps(
         if ownership.network_policy_conflict(obs, status, plan):
             return status
         plan.create_network_policy = build_network_policy(ref)
-    if _create_missing(obs, ref, spec, status, pods, plan, blocked_names):
+    if _create_missing(obs, ref, spec, status, pods, plan, blocked_names, admitted.admission):
         return status
     launched_now = _launched(obs, settings, status, pods, plan)
     _readiness(obs, settings, spec, status, pods, plan, launched_now)
-    kueue_step.pods_ready(obs, status, plan)
+    kueue_step.pods_ready(obs, admitted, status, plan)
     placement_verdict.show(obs, status, list(pods.current.values()), plan)
     return status
 
@@ -397,8 +388,15 @@ def _requeue_for_node_grace(obs: Observed, settings: PlannerSettings, pod: dict[
 
 
 def _failure_policy(
-    obs: Observed, settings: PlannerSettings, spec: JobSpec, status: JobStatus, pods: SortedPods, plan: Plan
+    obs: Observed,
+    settings: PlannerSettings,
+    spec: JobSpec,
+    status: JobStatus,
+    pods: SortedPods,
+    plan: Plan,
+    capacity: int | None,
 ) -> JobStatus | None:
+    """`capacity`: the pods the job may have now (kueue_step.Admitted), the size of an elastic job's new group."""
     found = current_failures(obs, settings, spec, status, pods, plan)
     # A lost Lighthouse has no worker to replace alone: the group is recreated.
     found += replica_groups.lighthouse_failures(obs, spec, status, settings.node_lost_grace_seconds)
@@ -440,7 +438,7 @@ def _failure_policy(
     size = status["replicas"]
     if spec.elastic is not None:
         size = resize_policy.size_after_taken_back(
-            cause.kind, _start_size(spec, obs.capacity), status["replicas"], spec.elastic.min_replicas
+            cause.kind, _start_size(spec, capacity), status["replicas"], spec.elastic.min_replicas
         )
     message = decision.message
     if replace_pod.replace_alone(obs.now, spec, found, pods.current, status, cause, kind, message, plan):
@@ -450,7 +448,7 @@ def _failure_policy(
     if was_reset:
         message += f" (budgets reset: the attempt ran healthy for over {spec.run_policy.healthy_reset_seconds}s)"
     if size != status["replicas"]:
-        message += f"; the new group has {size} pods (room for {obs.capacity}), of {spec.replicas} desired"
+        message += f"; the new group has {size} pods (room for {capacity}), of {spec.replicas} desired"
     out = sized(c.enter_phase(status, c.RESTARTING, decision.reason, message, obs.now), spec, size)
     if spec.elastic is not None:
         resize_policy.remember_taken_back(out, cause.kind, status["replicas"], obs.now, spec.elastic)
@@ -506,10 +504,18 @@ def _success_policy(obs: Observed, spec: JobSpec, status: JobStatus, pods: Sorte
 
 # --- 6. create ------------------------------------------------------------------------------------------------
 def _create_missing(
-    obs: Observed, ref: JobRef, spec: JobSpec, status: JobStatus, pods: SortedPods, plan: Plan, blocked: set[str]
+    obs: Observed,
+    ref: JobRef,
+    spec: JobSpec,
+    status: JobStatus,
+    pods: SortedPods,
+    plan: Plan,
+    blocked: set[str],
+    admission: kueue.Admission | None,
 ) -> bool:
     """Plan the missing pods of the current attempt; True when this pass creates (or waits to create) some.
-    `blocked`: names still held by a pod that is not this job's and is going away (ownership.py)."""
+    `blocked`: names still held by a pod that is not this job's and is going away (ownership.py); `admission`:
+    Kueue's, which places them (kueue_step.Admitted)."""
     attempt, replicas = status["attempt"], status["replicas"]
     missing = [i for i in range(replicas) if i not in pods.current]
     podgroup = gang.podgroup_name(ref.name, attempt) if status.get("placement") == gang.GANG else None
@@ -556,7 +562,7 @@ def _create_missing(
             name=names[index],
             host_pod=host_pod,
         )
-        plan.create_pods.append(pod if obs.admission is None else kueue.apply_admission(pod, obs.admission))
+        plan.create_pods.append(pod if admission is None else kueue.apply_admission(pod, admission))
     # The pass that sees these pods writes the status (and says they were created), so a kill -9 in between
     # loses nothing: their finalizers keep them visible until then.
     plan.defer_status = True

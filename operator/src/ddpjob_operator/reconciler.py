@@ -16,8 +16,9 @@ from . import api, metrics
 from .applier import ApplyResult, PlanApplier
 from .expectations import Expectations, view_of
 from .kube import reason_of, status_of
+from .orphans import plan_release_orphans
 from .plan import Observed, Plan, PodRefusal, ServiceConflict
-from .planner import PlannerSettings, plan_reconcile, plan_release_orphans
+from .planner import PlannerSettings, plan_reconcile
 from .progress import ProgressScraper
 from .room_wakeups import RoomRounds, turn_order
 from .status_writes import WriteBudget
@@ -156,13 +157,13 @@ class Reconciler:
         return self._after(key, obs, plan, result)
 
     async def _release_orphans(self, key: Key) -> float | None:
-        """The job is gone or being deleted: free its pods' tracking finalizers for the garbage collector."""
+        """The job is gone or being deleted: free its pods' tracking finalizers for the garbage collector; in a
+        namespace being deleted, delete its pods and PodGroups too (orphans.py says why)."""
         self.phases.set(key, None)
         self.progress.forget(key)
         orphans = self.cache.orphaned_pods(key)
-        plan = plan_release_orphans(orphans)
-        for pod in (p for p in orphans if p["metadata"]["name"] in plan.release_pods):
-            await asyncio.to_thread(self.applier.release_pod, key, pod)
+        plan = plan_release_orphans(orphans, self.cache.orphaned_podgroups(key), self.cache.terminating(key[0]))
+        await asyncio.to_thread(self.applier.free_orphans, key, orphans, plan)
         return None
 
     def _after(self, key: Key, obs: Observed, plan: Plan, result: ApplyResult) -> float | None:

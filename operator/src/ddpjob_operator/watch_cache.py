@@ -461,10 +461,21 @@ class WatchCache:
     def orphaned_pods(self, key: Key) -> list[dict[str, Any]]:
         """Pods under this job's label that no live job controls: the job was deleted (or re-created under a new
         uid). Their tracking finalizer is released so the garbage collector can remove them."""
-        job = self.job(key)
-        live = job is not None and not job["metadata"].get("deletionTimestamp") and not self.terminating(key[0])
-        live_uid = job["metadata"]["uid"] if live and job is not None else None
+        live_uid = self._live_uid(key)
         return [p for p in self.pods_of(key) if live_uid is None or not controlled_by(p, live_uid)]
+
+    def orphaned_podgroups(self, key: Key) -> list[dict[str, Any]]:
+        """PodGroups under this job's label that no live job controls (none on a cluster without the gang API)."""
+        if self.podgroups is None or key not in self.podgroups:
+            return []
+        live_uid = self._live_uid(key)
+        return [g for g in self.podgroups[key] if live_uid is None or not controlled_by(g, live_uid)]
+
+    def _live_uid(self, key: Key) -> str | None:
+        job = self.job(key)
+        if job is None or job["metadata"].get("deletionTimestamp") or self.terminating(key[0]):
+            return None
+        return job["metadata"]["uid"]
 
 
 def _values(index: IndexView, key: Any) -> list[Any]:
