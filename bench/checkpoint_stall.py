@@ -10,6 +10,7 @@ torch.save + fsync while the others wait), measured in the same run.
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import shutil
 import statistics
@@ -72,6 +73,10 @@ def run_once(mode: str, args: argparse.Namespace, env, device) -> tuple[float, i
     if env.rank == 0:
         shutil.rmtree(box[0], ignore_errors=True)
     saves = 0 if mode == "none" else sum(1 for s in range(start + 1, end) if s % args.every == 0)
+    # Collected here, not by chance later in a DataLoader worker forked for the next run, where freeing its DDP
+    # reducer touches CUDA and kills the worker ("CUDA error: initialization error", seen on an H200).
+    del trainer
+    gc.collect()
     return seconds, saves
 
 
@@ -90,6 +95,10 @@ def main() -> int:
     for r in range(args.rounds):
         for mode in MODES if r % 2 == 0 else reversed(MODES):
             runs[mode].append(run_once(mode, args, env, device))
+            if env.rank == 0:
+                seconds, saves = runs[mode][-1]
+                print(f"round {r + 1}/{args.rounds} {mode}: {seconds:.2f}s for {args.steps} steps, {saves} saves",
+                      flush=True)  # fmt: skip
     plain = statistics.median(seconds for seconds, _ in runs["none"])
     step = plain / args.steps
     stall = {m: statistics.median((sec - plain) / n for sec, n in runs[m]) for m in MODES if m != "none"}

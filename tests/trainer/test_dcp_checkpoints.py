@@ -105,3 +105,20 @@ def test_the_format_follows_the_device():
     cpu, gpu = torch.device("cpu"), torch.device("cuda", 0)
     assert (checkpoint_format("auto", gpu), checkpoint_format("auto", cpu)) == ("dcp", "file")
     assert (checkpoint_format("dcp", cpu), checkpoint_format("file", gpu)) == ("dcp", "file")
+
+
+def test_the_load_vote_runs_where_the_default_group_has_no_cpu_backend(tmp_path):
+    """NCCL's default group carries no CPU tensor: the resume's vote failed on a GPU ("No backend type associated
+    with device type cpu", an H200). A default group whose only backend is for CUDA ("cuda:gloo") is the same
+    situation on a CPU: the vote must still count every rank's word."""
+    from ddp_trainer.checkpoint_dcp import DcpStore
+
+    dist.init_process_group("cuda:gloo", init_method=f"file://{tmp_path / 'pg'}", rank=0, world_size=1)
+    try:
+        with pytest.raises(RuntimeError, match="No backend type associated with device type cpu"):
+            dist.all_reduce(torch.tensor([1]))  # the situation: a CPU tensor on the default group fails
+        store = DcpStore(tmp_path / "ck")
+        assert store.loaded_everywhere(None) is True
+        assert store.loaded_everywhere(OSError("unreadable")) is False
+    finally:
+        dist.destroy_process_group()

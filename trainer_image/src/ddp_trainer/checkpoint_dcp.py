@@ -99,6 +99,15 @@ class DcpStore:
         self.group = cast(ProcessGroup | None, dist.new_group(backend="gloo") if dist.is_initialized() else None)
         self.pending: tuple[int, Any] | None = None  # the step and its Future
 
+    def loaded_everywhere(self, error: BaseException | None) -> bool:
+        """Whether every rank loaded the checkpoint (`error`: this rank's). The vote is a CPU tensor on the store's
+        gloo group: NCCL's default group has no CPU backend, and a resume on a GPU failed there with "No backend
+        type associated with device type cpu" (seen on an H200: hack/gpu_checks.sh)."""
+        failed = torch.tensor([0 if error is None else 1])
+        if self.group is not None:
+            dist.all_reduce(failed, op=dist.ReduceOp.MAX, group=self.group)
+        return not failed.item()
+
     def path_for(self, step: int) -> Path:
         return self.directory / f"step-{step:09d}.dcp"
 

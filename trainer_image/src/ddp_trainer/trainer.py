@@ -178,9 +178,7 @@ class Trainer:
             if any(k.startswith(f"rng.{mine}.") for k in keys):
                 request["rng"] = {mine: capture_rng()}
             error = store.load(Path(path), request)
-            failed = torch.tensor([0 if error is None else 1])
-            dist.all_reduce(failed, op=dist.ReduceOp.MAX)
-            if failed.item():
+            if not store.loaded_everywhere(error):
                 self._warn(f"skipping unreadable checkpoint {Path(path).name}: {str(error)[:200] or 'another rank'}")
                 continue
             state = request["meta"]
