@@ -113,9 +113,11 @@ def test_crd_cel_rule_rejects_with_its_message(cluster, namespace):
 
 
 def test_cluster_down_leaves_no_process(tmp_path):
-    """A second, throw-away cluster on other ports: up, then down, and every pid it recorded is gone."""
-    env = {**os.environ, "CLUSTER_DIR": str(tmp_path / "c"), "NODES": "1", "ETCD_PORT": "33790",
-           "ETCD_PEER_PORT": "33800", "APISERVER_PORT": "36443", "KCM_PORT": "30257", "SCHED_PORT": "30259",
+    """A second, throw-away cluster on other ports: up, then down, and every pid it recorded is gone. Its ports
+    are below Linux's ephemeral range (32768-60999): one there was taken once by some client's connection, and
+    etcd could not bind it."""
+    env = {**os.environ, "CLUSTER_DIR": str(tmp_path / "c"), "NODES": "1", "ETCD_PORT": "13790",
+           "ETCD_PEER_PORT": "13800", "APISERVER_PORT": "16443", "KCM_PORT": "30257", "SCHED_PORT": "30259",
            "KWOK_PORT": "30247"}
     env.pop("KUBECONFIG", None)
     subprocess.run(["bash", str(CLUSTER_SH), "up"], env=env, check=True, timeout=180)
