@@ -12,12 +12,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import api
+from .owner_refs import tracked
 from .plan import Plan
-
-
-def tracked(pod: dict[str, Any]) -> bool:
-    return api.TRACKING_FINALIZER in (pod["metadata"].get("finalizers") or [])
 
 
 def plan_release_orphans(
@@ -26,7 +22,7 @@ def plan_release_orphans(
     """`pods` and `podgroups`: those under the job's label that no live job controls. Finalizers are released first:
     a finalizer the namespace controller still finds costs the most."""
     plan = Plan()
-    plan.release_pods = [p["metadata"]["name"] for p in pods if tracked(p)]
+    plan.release_pods = [p["metadata"]["name"] for p in pods if tracked(p["metadata"].get("finalizers"))]
     if namespace_terminating:
         plan.delete_podgroups = [g["metadata"]["name"] for g in podgroups or [] if not _deleting(g)]
         plan.delete_pods = [p["metadata"]["name"] for p in pods if not _deleting(p)]

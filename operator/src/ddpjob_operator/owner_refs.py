@@ -1,6 +1,6 @@
-"""The contracts about our children, each written once (pure): who controls an object, and the patch that frees
-a pod's tracking finalizer. The watch cache reads plain dicts and the API client returns its model objects; both
-go through here."""
+"""The contracts about our children, each written once (pure): who controls an object, whether a pod carries our
+tracking finalizer, and the patch that frees it. The watch cache reads plain dicts and the API client returns its
+model objects; both go through here."""
 
 from __future__ import annotations
 
@@ -45,12 +45,17 @@ def describe_controller(refs: Iterable[Any] | None) -> str:
     return f"{_field(ref, 'kind', 'kind')} {_field(ref, 'name', 'name')} (uid {_field(ref, 'uid', 'uid')})"
 
 
+def tracked(finalizers: Iterable[str] | None) -> bool:
+    """The object (a dict's metadata.finalizers or a model's) carries our tracking finalizer."""
+    return api.TRACKING_FINALIZER in (finalizers or [])
+
+
 def release_patch(uid: str, finalizers: list[str] | None) -> list[dict[str, Any]] | None:
     """The JSON patch that drops our tracking finalizer: it first tests the uid (never a newer pod that reuses the
     name) and that our entry is where it was seen, so a changed pod is refused (422) instead of patched. None
     when the pod does not carry it."""
     finalizers = finalizers or []
-    if api.TRACKING_FINALIZER not in finalizers:
+    if not tracked(finalizers):
         return None
     where = f"/metadata/finalizers/{finalizers.index(api.TRACKING_FINALIZER)}"
     return [

@@ -17,8 +17,8 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from . import api, owner_refs, pod_rejection
 from . import conditions as c
+from . import owner_refs, pod_rejection
 from .plan import Observed, Plan, ServiceConflict
 from .status import JobStatus
 
@@ -33,7 +33,7 @@ def plan_foreign_pods(obs: Observed, plan: Plan) -> set[str]:
     blocking = set()
     for pod in obs.foreign_pods:
         meta = pod["metadata"]
-        if api.TRACKING_FINALIZER in (meta.get("finalizers") or []):
+        if owner_refs.tracked(meta.get("finalizers")):
             plan.release_foreign_pods.append(meta["uid"])
         if meta.get("deletionTimestamp") or owner_refs.ddpjob_controlled(meta.get("ownerReferences")):
             blocking.add(meta["name"])  # going away (the garbage collector removes an earlier job's pods)

@@ -59,7 +59,7 @@ from .no_progress import (
     show_progress_unknown,
     trainer_ready,
 )
-from .orphans import tracked
+from .owner_refs import tracked
 from .placement_steps import running as is_running
 from .plan import Observed, Plan
 from .pod_sort import SortedPods, sort_pods
@@ -242,7 +242,7 @@ def ref_name(obs: Observed) -> str:
 def _finish(obs: Observed, spec: JobSpec, status: JobStatus, pods: SortedPods, plan: Plan) -> None:
     policy = spec.run_policy.clean_pod_policy
     for pod in obs.pods:
-        if tracked(pod):
+        if tracked(pod["metadata"].get("finalizers")):
             plan.release_pods.append(pod["metadata"]["name"])
         if pod["metadata"].get("deletionTimestamp"):
             continue

@@ -21,8 +21,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from . import api
 from . import conditions as c
+from . import owner_refs
 from .failures import node_ready
 from .plan import Plan
 from .status import JobStatus
@@ -106,7 +106,7 @@ def plan_stale(
     stuck = []
     for pod in stale:
         name = pod["metadata"]["name"]
-        if api.TRACKING_FINALIZER in (pod["metadata"].get("finalizers") or []):
+        if owner_refs.tracked(pod["metadata"].get("finalizers")):
             plan.release_pods.append(name)
         if not pod["metadata"].get("deletionTimestamp"):
             plan.delete_pods.append(name)

@@ -122,7 +122,7 @@ def suspend_all(custom: client.CustomObjectsApi, namespaces: list[str]) -> int:
 
 
 def held_pods(core: client.CoreV1Api, namespaces: list[str]) -> list[Any]:
-    return [p for p in worker_pods(core, namespaces) if api.TRACKING_FINALIZER in (p.metadata.finalizers or [])]
+    return [p for p in worker_pods(core, namespaces) if owner_refs.tracked(p.metadata.finalizers)]
 
 
 def release_all(core: client.CoreV1Api, namespaces: list[str], rounds: int = 3) -> int:
