@@ -76,7 +76,7 @@ def test_budgets_by_class(name, job, kind, want):
 def test_the_reset_says_so_in_the_restart_message():
     s = plan_reconcile(observe(job_with(restarts=2, running_since=4000).build(), failing("exit", 2), NODES),
                        SETTINGS).status
-    assert "budgets reset: the attempt ran healthy for over 3600s" in s["conditions"][-1]["message"]
+    assert "budgets reset: the job ran healthy for over 3600s" in s["conditions"][-1]["message"]
 
 
 def test_counts_before_only_resets_a_running_attempt():
@@ -102,3 +102,51 @@ def test_a_peer_that_fails_because_a_node_went_is_the_nodes_failure_not_the_trai
         else:
             s = plan.status
             assert (s["phase"], s["restarts"], s["platformRestarts"], s["lastFailure"]["kind"]) == want
+
+
+def torchft(job):
+    job.obj["spec"]["faultTolerance"] = {"mode": "TorchFT"}
+    return job
+
+
+def in_place(job):
+    job.obj["spec"].setdefault("runPolicy", {})["restartStrategy"] = "InPlace"
+    return job
+
+
+def replaced_job(mode, backoff=1, last_failure=60, running_since=7200, restarts=1, **extra):
+    """Running for `running_since` s, one pod replaced alone `last_failure` s ago (never left Running)."""
+    job = mode(make_job("a").replicas(3).restart_backoff(0).backoff_limit(backoff)).running(restarts=restarts)
+    status = job.obj["status"]
+    status["conditions"][0]["lastTransitionTime"] = ago(running_since)
+    if last_failure is not None:
+        status["lastFailure"] = {"pod": "a-worker-1", "kind": "ExitCode", "failureClass": "Trainer",
+                                 "exitCode": 1, "time": ago(last_failure)}
+    status.update(extra)
+    return job
+
+
+@pytest.mark.parametrize("name, job, want", [
+    ("TorchFT: a group replaced a minute ago after 2 h Running: the budget is spent, not reset",
+     replaced_job(torchft), ("Failed", "BackoffLimitExceeded", 1)),
+    ("InPlace: the same", replaced_job(in_place), ("Failed", "BackoffLimitExceeded", 1)),
+    ("TorchFT: the last failure over an hour ago: reset, then this one counts",
+     replaced_job(torchft, last_failure=3700), ("Running", "", 1)),
+    ("TorchFT: a recovery entry (an in-place restart, say) a minute ago also ends the stretch",
+     replaced_job(torchft, last_failure=None, recoveries=[{"time": ago(60), "how": "InPlace", "attempt": 0,
+                                                            "message": "m"}]), ("Failed", "BackoffLimitExceeded", 1)),
+])
+def test_a_replacement_ends_the_healthy_stretch(name, job, want):
+    pods = [make_pod("a", 0).build(), make_pod("a", 1).failed(1).build(), make_pod("a", 2).build()]
+    s = plan_reconcile(observe(job.build(), pods, NODES), SETTINGS).status
+    failed = next((c for c in s["conditions"] if c["type"] == "Failed"), {})
+    assert (s["phase"], failed.get("reason", ""), s["restarts"]) == want, name
+
+
+def test_a_replacement_after_a_healthy_stretch_writes_the_reset_as_a_recreation_does():
+    job = replaced_job(in_place, backoff=3, restarts=3, last_failure=4000, platformRestarts=5)
+    pods = [make_pod("a", 0).build(), make_pod("a", 1).failed(1).build(), make_pod("a", 2).build()]
+    plan = plan_reconcile(observe(job.build(), pods, NODES), SETTINGS)
+    s = plan.status
+    assert (s["phase"], s["restarts"], s["platformRestarts"], list(s["replacing"])) == ("Running", 1, 0, ["1"])
+    assert "budgets reset: the job ran healthy for over 3600s" in s["recoveries"][-1]["message"]

@@ -13,10 +13,14 @@ at its fourth node incident. So failures come in two classes, each with its own 
 
 The class is read from the pod (its phase, reason, conditions, container state), never guessed from timing.
 
-Both budgets start over after a healthy stretch: when a failure ends an attempt that had been Running (all its pods)
-for at least `runPolicy.healthyResetSeconds` (3600; 0 never resets) and, for a job that reports progress, whose
-step advanced in that attempt, both counts go back to 0 before this failure is counted. A week-long job therefore
-fails only if failures come close together, not because it is long."""
+Both budgets start over after a healthy stretch: when a failure comes after the job had been Running (all its pods)
+with no failure for at least `runPolicy.healthyResetSeconds` (3600; 0 never resets) and, for a job that reports
+progress, whose step advanced in that attempt, both counts go back to 0 before this failure is counted. A week-long
+job therefore fails only if failures come close together, not because it is long.
+
+The stretch starts at the latest of: the Running condition's transition, the last failure, the last recovery. A
+pod replaced alone (InPlace, TorchFT) or a restart in place never leaves Running, so the condition alone would read
+a job replaced every minute as healthy for hours, and its budget would never run out."""
 
 from __future__ import annotations
 
@@ -50,11 +54,26 @@ def counts_before(status: JobStatus, now: datetime, healthy_reset_seconds: int) 
         return counts, False
     if status.get("phase") != c.RUNNING:
         return counts, False
-    running = c.find_condition(status.get("conditions") or [], c.RUNNING)
-    since = parse_time(running.get("lastTransitionTime")) if running and running.get("status") == "True" else None
+    since = healthy_since(status)
     if since is None or (now - since).total_seconds() < healthy_reset_seconds:
         return counts, False
     progress = status.get("progress")
     if progress is not None and progress.get("attempt") != status.get("attempt"):
         return counts, False  # it reports progress, but not in this attempt: no evidence the step advanced
     return Counts(0, 0), True
+
+
+def healthy_since(status: JobStatus) -> datetime | None:
+    """When the current healthy stretch began: Running, and no failure or recovery since. None: not Running."""
+    running = c.find_condition(status.get("conditions") or [], c.RUNNING)
+    if not running or running.get("status") != "True":
+        return None
+    since = parse_time(running.get("lastTransitionTime"))
+    if since is None:
+        return None
+    recoveries = status.get("recoveries") or []
+    later = [
+        parse_time((status.get("lastFailure") or {}).get("time")),
+        parse_time(recoveries[-1].get("time")) if recoveries else None,
+    ]
+    return max([since, *(t for t in later if t is not None)])

@@ -130,7 +130,10 @@ def classify_pod_failure(
         return _terminated_failure(pod, now)
     if phase == "Unknown" or node_lost(pod, nodes, now, node_lost_grace_seconds):
         node = pod.get("spec", {}).get("nodeName", "")
-        return Failure(pod=name, kind=NODE_LOST, reason="NodeNotReady", message=f"node {node} is not Ready", at=now)
+        # Its ranks stopped when the node went NotReady, not when the grace let us call it lost.
+        _, since = node_ready(nodes.get(node))
+        at = since if since is not None and since <= now else now
+        return Failure(pod=name, kind=NODE_LOST, reason="NodeNotReady", message=f"node {node} is not Ready", at=at)
     return None
 
 

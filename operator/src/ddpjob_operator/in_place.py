@@ -27,14 +27,17 @@ from .timefmt import format_time, parse_time
 # replacement runs is the join's, not the trainer's: counted as seen, charged to no budget. (A genuine failure
 # inside the window is taken for the join once; the next is charged.)
 JOIN_WINDOW = timedelta(seconds=120)
+LATE_JOIN = JOIN_WINDOW  # how long past its end a join first seen late is still taken for the join
 JOINED = "torchrun restarted the workers to take the replacement pod into the group: not a failure, no budget spent"
 
 
 def expect_join(status: JobStatus, now: datetime) -> None:
     """The replacement runs: open the window in which one reported restart is its join (replace_pod.done)."""
-    status["inPlace"] = {**(status.get("inPlace") or {}), "joinUntil": format_time(now + JOIN_WINDOW)}
-    status["inPlace"].setdefault("attempt", status["attempt"])
-    status["inPlace"].setdefault("restarts", 0)
+    status["inPlace"] = {
+        "attempt": status["attempt"],
+        "restarts": counted(status),
+        "joinUntil": format_time(now + JOIN_WINDOW),
+    }
 
 
 def counted(status: JobStatus) -> int:
@@ -43,25 +46,57 @@ def counted(status: JobStatus) -> int:
     return int(seen.get("restarts", 0)) if seen.get("attempt") == status.get("attempt") else 0
 
 
-def reported(obs: Observed, ended: list[int]) -> int:
+def reported(obs: Observed, ended: list[int], scraped: bool = True) -> int:
     """The most in-place restarts anything of the current attempt reports: worker 0's scrape, and the termination
     records of its pods that ended (`ended`)."""
-    scraped = (obs.progress or {}).get("inPlaceRestarts")
-    most = scraped if isinstance(scraped, int) else 0
+    count = (obs.progress or {}).get("inPlaceRestarts") if scraped else None
+    most = count if isinstance(count, int) else 0
     return max([most, *ended])
 
 
-def take_in(obs: Observed, spec: JobSpec, status: JobStatus, plan: Plan, ended: list[int] | None = None) -> int:
+def join_window(status: JobStatus) -> datetime | None:
+    """The end of the open join window, if it belongs to the current attempt."""
+    seen = status.get("inPlace") or {}
+    return parse_time(seen.get("joinUntil")) if seen.get("attempt") == status.get("attempt") else None
+
+
+def _window_open(obs: Observed, join_until: datetime, new: int) -> bool:
+    """Whether one restart seen now may still be the join. Past its end the window stays open until a scrape taken
+    after the end has shown no new restart, for at most LATE_JOIN more: a join that happened inside the window but
+    was first seen later (the operator down, a scrape gap) is still the join. With no scrape, its time ends it."""
+    if obs.now <= join_until:
+        return True
+    if obs.now > join_until + LATE_JOIN:
+        return False
+    scraped_at = parse_time((obs.progress or {}).get("updateTime"))
+    if scraped_at is None:
+        return False
+    return new > 0 or scraped_at <= join_until
+
+
+def take_in(
+    obs: Observed,
+    spec: JobSpec,
+    status: JobStatus,
+    plan: Plan,
+    ended: list[int] | None = None,
+    scraped: bool = True,
+) -> int:
     """Count in-place restarts not yet counted into status.restarts (a Warning event and a recovery entry each
-    time); how many were new. `ended`: what the termination records of the attempt's ended pods say."""
+    time); how many were new. `ended`: what the termination records of the attempt's ended pods say; `scraped`:
+    False leaves worker 0's scrape out (a pod lost in this pass: the survivors' restart for it is the
+    replacement's, replace_pod.replace)."""
     if spec.run_policy.restart_strategy != IN_PLACE:
         return 0
     before = counted(status)
-    new = reported(obs, ended or []) - before
-    join_until = parse_time((status.get("inPlace") or {}).get("joinUntil"))
-    if join_until is not None and (new > 0 or obs.now > join_until):
+    new = reported(obs, ended or [], scraped) - before
+    join_until = join_window(status)
+    if (status.get("inPlace") or {}).get("joinUntil") and join_until is None:
+        status["inPlace"] = {"attempt": status["attempt"], "restarts": before}  # an earlier attempt's window
+    window_open = join_until is not None and _window_open(obs, join_until, new)
+    if join_until is not None and (new > 0 or not window_open):
         status["inPlace"] = {"attempt": status["attempt"], "restarts": before}  # the window is used or over
-        if new > 0 and obs.now <= join_until:
+        if new > 0 and window_open:
             before, new = before + 1, new - 1
             status["inPlace"]["restarts"] = before
             plan.event("Normal", "ReplacementJoined", JOINED)
@@ -76,5 +111,7 @@ def take_in(obs: Observed, spec: JobSpec, status: JobStatus, plan: Plan, ended: 
     )
     plan.event("Warning", "RestartedInPlace", message)
     plan.observe("in_place_restarts", new)
-    recoveries.record(status, obs.now, recoveries.IN_PLACE, cause=None, message=message, done=True)
+    recoveries.record(
+        status, obs.now, recoveries.IN_PLACE, cause=None, message=message, done=True, scraped=obs.progress
+    )
     return new

@@ -63,7 +63,7 @@ from .owner_refs import tracked
 from .placement_steps import running as is_running
 from .plan import Observed, Plan
 from .pod_sort import SortedPods, sort_pods
-from .restart_policy import RESTART, RestartBudget, backoff_seconds, decide_restart
+from .restart_policy import RESTART, RestartBudget, RestartDecision, backoff_seconds, decide_restart
 from .spec import JobSpec, parse_spec
 from .status import JobStatus, LastFailure, status_of
 from .timefmt import format_time, parse_time
@@ -161,6 +161,7 @@ def _plan_steps(
     obs: Observed, settings: PlannerSettings, ref: JobRef, spec: JobSpec, status: JobStatus, plan: Plan
 ) -> JobStatus:
     attempt = status["attempt"]
+    replace_pod.forget_gone(status, obs.pods)
     pods = sort_pods(obs.pods, attempt, status["replicas"], replace_pod.replaced_uids(status))
 
     blocked_names = ownership.plan_foreign_pods(obs, plan)
@@ -377,14 +378,23 @@ def current_failures(
 
 def _requeue_for_node_grace(obs: Observed, settings: PlannerSettings, pod: dict[str, Any], plan: Plan) -> bool:
     """Look again when the pod's NotReady node's grace ends; True when there is such a node."""
+    left = _grace_left(obs, settings, pod)
+    if left is not None:
+        plan.requeue(left)
+    return left is not None
+
+
+def _grace_left(obs: Observed, settings: PlannerSettings, pod: dict[str, Any]) -> float | None:
+    """Seconds left of the grace of the pod's NotReady node (None: its node is Ready, gone, or down since before
+    the pod was made); at most 0 once the grace is over."""
     node = pod.get("spec", {}).get("nodeName")
     if node and node in obs.nodes:
         ready, since = failures.node_ready(obs.nodes[node])
         created = parse_time(pod["metadata"].get("creationTimestamp"))
         if not ready and since is not None and not (created is not None and since < created):
-            plan.requeue(settings.node_lost_grace_seconds - (obs.now - since).total_seconds())
-            return True
-    return False
+            left = settings.node_lost_grace_seconds - (obs.now - since).total_seconds()
+            return left if left > 0 else None
+    return None
 
 
 def _failure_policy(
@@ -400,7 +410,11 @@ def _failure_policy(
     found = current_failures(obs, settings, spec, status, pods, plan)
     # A lost Lighthouse has no worker to replace alone: the group is recreated.
     found += replica_groups.lighthouse_failures(obs, spec, status, settings.node_lost_grace_seconds)
-    in_place.take_in(obs, spec, status, plan, [f.in_place_restarts for f in found])
+    if not any(_grace_left(obs, settings, pod) is not None for pod in pods.current.values()):
+        # While a pod's node is inside its grace, the survivors' restarts may be that loss's: the replacement
+        # decision absorbs one (replace_pod.replace), so nothing is taken in before it. A pass that found a lost
+        # pod takes in only what ended pods' records say, not worker 0's scrape, for the same reason.
+        in_place.take_in(obs, spec, status, plan, [f.in_place_restarts for f in found], scraped=not found)
     if not found:
         return None
     settling = failures.deletion_settling(found, obs.now)
@@ -413,6 +427,8 @@ def _failure_policy(
     budget = RestartBudget(limit=spec.run_policy.backoff_limit, used=counts.trainer)
     platform = RestartBudget(limit=spec.run_policy.platform_failure_limit, used=counts.platform)
     decision = decide_restart(spec.restart_policy, cause, budget, platform)
+    if decision.action == RESTART and len(found) > 1 and spec.fault_tolerance.torchft:
+        decision = within_budget(spec, found, counts) or decision
     last_failure: LastFailure = {
         "pod": cause.pod,
         "kind": cause.kind,
@@ -441,12 +457,14 @@ def _failure_policy(
             cause.kind, _start_size(spec, capacity), status["replicas"], spec.elastic.min_replicas
         )
     message = decision.message
-    if replace_pod.replace_alone(obs.now, spec, found, pods.current, status, cause, kind, message, plan):
-        status["lastFailure"] = last_failure
-        return status
-    recoveries.record(status, obs.now, recoveries.GROUP_RECREATED, cause, message)
     if was_reset:
-        message += f" (budgets reset: the attempt ran healthy for over {spec.run_policy.healthy_reset_seconds}s)"
+        message += f" (budgets reset: the job ran healthy for over {spec.run_policy.healthy_reset_seconds}s)"
+    replaced = copy.deepcopy(status)
+    replaced.update({"restarts": counts.trainer, "platformRestarts": counts.platform})  # the reset, if any
+    if replace_pod.replace_alone(obs.now, spec, found, pods.current, replaced, cause, message, plan, obs.progress):
+        replaced["lastFailure"] = last_failure
+        return replaced
+    recoveries.record(status, obs.now, recoveries.GROUP_RECREATED, cause, message, scraped=obs.progress)
     if size != status["replicas"]:
         message += f"; the new group has {size} pods (room for {capacity}), of {spec.replicas} desired"
     out = sized(c.enter_phase(status, c.RESTARTING, decision.reason, message, obs.now), spec, size)
@@ -471,6 +489,21 @@ def _failure_policy(
     plan.observe("group_restarts", reason=decision.reason)
     plan.requeue(0)
     return out
+
+
+def within_budget(spec: JobSpec, found: list[failures.Failure], counts: failure_class.Counts) -> RestartDecision | None:
+    """Several replica groups lost at once: each is replaced alone and spends its class's budget, so each is
+    checked against what the ones before it left. The first that does not fit decides (None: all fit)."""
+    used = {failure_class.TRAINER: counts.trainer, failure_class.PLATFORM: counts.platform}
+    run = spec.run_policy
+    for failure in found:
+        budget = RestartBudget(limit=run.backoff_limit, used=used[failure_class.TRAINER])
+        platform = RestartBudget(limit=run.platform_failure_limit, used=used[failure_class.PLATFORM])
+        decision = decide_restart(spec.restart_policy, failure, budget, platform)
+        if decision.action != RESTART:
+            return decision
+        used[failure_class.class_of(failure)] += 1
+    return None
 
 
 def _fail(obs: Observed, status: JobStatus, plan: Plan, reason: str, message: str) -> JobStatus:

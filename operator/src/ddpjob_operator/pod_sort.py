@@ -33,15 +33,16 @@ def pod_index(pod: dict[str, Any]) -> int:
 def sort_pods(
     pods: list[dict[str, Any]], attempt: int, replicas: int, replaced: set[str] | frozenset[str] = frozenset()
 ) -> SortedPods:
-    """`replaced`: uids of pods of the attempt being replaced alone (replace_pod.py): earlier pods, like those of an
-    earlier attempt."""
+    """`replaced`: uids of pods of the attempt replaced alone (replace_pod.py): earlier pods, like those of an
+    earlier attempt. A pod being deleted never takes an index from a live one: a lost pod still Terminating on a
+    NotReady node must not displace its running replacement (the next pass would delete the replacement)."""
     current: dict[int, dict[str, Any]] = {}
-    stale: list[dict[str, Any]] = []
-    for pod in pods:
+    live_first = sorted(pods, key=lambda p: bool(p["metadata"].get("deletionTimestamp")))
+    for pod in live_first:
         index = pod_index(pod)
         fresh = pod["metadata"].get("uid") not in replaced
         if pod_attempt(pod) == attempt and 0 <= index < replicas and index not in current and fresh:
             current[index] = pod
-        else:
-            stale.append(pod)
+    chosen = {id(p) for p in current.values()}
+    stale = [p for p in pods if id(p) not in chosen]  # in the order given
     return SortedPods(current, stale, {p["metadata"]["name"]: p for p in pods})

@@ -4,11 +4,14 @@ again (pure).
 An entry records when and what failed (pod, exit code or reason, failure class), how it was handled, how long it
 took and what it cost: the steps done since the last checkpoint (lost, done again) and the rank-seconds no rank
 trained (`gpuSecondsLost`: on a GPU cluster one rank is one GPU). Only the recovery itself is counted there, not
-the time spent doing the lost steps again."""
+the time spent doing the lost steps again. Each entry has an id (one more than the newest), and every open entry is
+closed when the group runs again, not only the last one. A lost node's recovery starts at its NotReady transition,
+when the ranks on it stopped, not when the grace let the operator call it lost."""
 
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Any
 
 from .failures import Failure
 from .plan import Plan
@@ -29,12 +32,18 @@ def record(
     done: bool = False,
     ranks: int | None = None,
     steps_lost: int | None = None,
+    scraped: dict[str, Any] | None = None,
 ) -> Recovery:
     """Append an entry for a recovery that starts now (or, `done`, one that already happened in place). `ranks`:
     the ranks that stop until it is done (default: all of them); `steps_lost`: when known better than the steps
-    since the last checkpoint (a replica group heals from a live peer: none)."""
-    progress = status.get("progress") or {}
+    since the last checkpoint (a replica group heals from a live peer: none); `scraped`: this pass's scrape of
+    worker 0, newer than status.progress (whose writes back off)."""
+    progress: dict[str, Any] = dict(status.get("progress") or {})
+    if scraped and isinstance(scraped.get("step"), int):
+        progress = {**progress, **scraped, "attempt": status.get("attempt", 0)}
+    entries = status.get("recoveries") or []
     entry: Recovery = {
+        "id": max((e.get("id", 0) for e in entries), default=0) + 1,
         "time": format_time(cause.at if cause is not None and cause.at is not None else now),
         "how": how,
         "attempt": status.get("attempt", 0),
@@ -52,28 +61,40 @@ def record(
         entry["stepsLost"] = steps_lost
     if not done:
         entry["ranks"] = ranks if ranks is not None else status.get("worldSize", 0)
-    kept = [*(status.get("recoveries") or []), entry][-LIMIT:]
+    kept = [*entries, entry][-LIMIT:]
     status["recoveries"] = kept
     return entry
 
 
+def is_open(entry: Recovery) -> bool:
+    return "ranks" in entry and "recoverySeconds" not in entry
+
+
 def close(status: JobStatus, now: datetime, plan: Plan) -> None:
-    """The group runs again: the open entry gets its duration and rank-seconds, as an event and metrics too."""
-    entries = status.get("recoveries") or []
-    if not entries or "recoverySeconds" in entries[-1] or "ranks" not in entries[-1]:
-        return
-    entry = Recovery(**entries[-1])
+    """The group runs again: every open entry, found by its id wherever it stands in the history (an in-place
+    restart may have been appended after it), gets its duration and rank-seconds, as an event and metrics too."""
+    entries = list(status.get("recoveries") or [])
+    for at, open_entry in enumerate(entries):
+        if is_open(open_entry):
+            entries[at] = _closed(status, open_entry, now, plan)
+    if entries != (status.get("recoveries") or []):
+        status["recoveries"] = entries
+
+
+def _closed(status: JobStatus, open_entry: Recovery, now: datetime, plan: Plan) -> Recovery:
+    entry = Recovery(**open_entry)
     began = parse_time(entry["time"]) or now
     seconds = max(0.0, (now - began).total_seconds())
     lost = seconds * int(entry.pop("ranks", 0) or 0)
     entry.update({"recoverySeconds": round(seconds, 1), "gpuSecondsLost": round(lost, 1)})
-    status["recoveries"] = [*entries[:-1], entry]
     steps = f", {entry['stepsLost']} steps to do again" if "stepsLost" in entry else ""
+    number = f" #{entry['id']}" if "id" in entry else ""
     plan.event(
         "Normal",
         "Recovered",
-        f"{entry['how']} recovery of attempt {entry['attempt']} done in {seconds:.1f}s{steps}; now attempt "
+        f"{entry['how']} recovery{number} of attempt {entry['attempt']} done in {seconds:.1f}s{steps}; now attempt "
         f"{status.get('attempt')}",
     )
     plan.observe("recovery_seconds", seconds, how=entry["how"])
     plan.observe("gpu_seconds_lost", lost, how=entry["how"])
+    return entry

@@ -43,7 +43,20 @@ LOST_KINDS = (
 
 
 def replaced_uids(status: JobStatus) -> set[str]:
-    return set((status.get("replacing") or {}).values())
+    """Pods replaced alone: those being replaced and those replaced that still exist (status.retiredUids)."""
+    return set((status.get("replacing") or {}).values()) | set(status.get("retiredUids") or [])
+
+
+def forget_gone(status: JobStatus, pods: list[dict[str, Any]]) -> None:
+    """A replaced pod's uid is kept until the pod is gone; then it is forgotten."""
+    if not status.get("retiredUids"):
+        return
+    present = {p["metadata"].get("uid") for p in pods}
+    kept = [uid for uid in status["retiredUids"] if uid in present]
+    if kept:
+        status["retiredUids"] = kept
+    else:
+        status.pop("retiredUids", None)
 
 
 def pods_to_replace(
@@ -61,6 +74,8 @@ def pods_to_replace(
     targets = [by_name[f.pod] for f in found]
     if not torchft and targets[0][0] == 0:
         return None  # pod 0 hosts the rendezvous store every agent talks to
+    if torchft and len(targets) == len(current):
+        return None  # every group is lost: no live peer to heal from, the group restarts from its checkpoint
     return targets
 
 
@@ -71,22 +86,44 @@ def replace_alone(
     current: dict[int, dict[str, Any]],
     status: JobStatus,
     cause: Failure,
-    kind: str,
     message: str,
     plan: Plan,
+    scraped: dict[str, Any] | None = None,
 ) -> bool:
-    """Replace the lost pods alone when that works (pods_to_replace); False: recreate the group instead."""
+    """Replace the lost pods alone when that works (pods_to_replace); False: recreate the group instead.
+    `scraped`: this pass's scrape of worker 0 (recoveries.record)."""
     targets = pods_to_replace(spec, found, current)
     if targets is None:
         return False
+    lost_ranks = spec.procs_per_pod * len(targets)
     if spec.fault_tolerance.torchft:
         # Only the lost groups' ranks stop; the survivors lose no step (the newcomer heals from them).
-        ranks = spec.procs_per_pod * len(targets)
-        recoveries.record(status, now, recoveries.REPLICA_GROUP_REPLACED, cause, message, ranks=ranks, steps_lost=0)
+        recoveries.record(
+            status,
+            now,
+            recoveries.REPLICA_GROUP_REPLACED,
+            cause,
+            message,
+            ranks=lost_ranks,
+            steps_lost=0,
+            scraped=scraped,
+        )
     else:
-        recoveries.record(status, now, recoveries.POD_REPLACED, cause, message)
-    for index, pod in targets:
-        replace(spec, status, index, pod, cause, kind, plan)
+        # An elastic group's survivors train on without the lost pod (rendezvous min..size): only its ranks stop.
+        # A fixed-size group waits for the replacement to join: every rank stops.
+        elastic_goes_on = spec.elastic is not None and status["replicas"] - len(targets) >= spec.elastic.min_replicas
+        recoveries.record(
+            status,
+            now,
+            recoveries.POD_REPLACED,
+            cause,
+            message,
+            ranks=lost_ranks if elastic_goes_on else None,
+            scraped=scraped,
+        )
+    for failure, (index, pod) in zip(found, targets, strict=True):
+        # Each lost pod spends its own class's budget (the planner checked each against it: within_budget).
+        replace(spec, status, index, pod, failure, failure_class.class_of(failure), plan)
     return True
 
 
@@ -141,7 +178,9 @@ def end_when_back(
 def done(status: JobStatus, current: dict[int, dict[str, Any]], running: int) -> bool:
     """Every pod of the attempt runs again: nothing is being replaced any more (True when that happens now)."""
     if status.get("replacing") and running == status["replicas"] and len(current) == status["replicas"]:
-        status.pop("replacing", None)
+        # The lost pods may still be Terminating (a NotReady node's grace): they stay excluded until gone.
+        retired = [*(status.get("retiredUids") or []), *status.pop("replacing", {}).values()]
+        status["retiredUids"] = sorted(set(retired))
         return True
     return False
 

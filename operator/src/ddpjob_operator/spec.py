@@ -39,7 +39,7 @@ class RunPolicy:
     restart_backoff_seconds: int = 5
     progress_deadline_seconds: int | None = None
     platform_failure_limit: int = 20  # failure_class.py: the platform's failures have their own budget
-    healthy_reset_seconds: int = 3600  # both budgets start over after an attempt ran healthy this long (0: never)
+    healthy_reset_seconds: int = 3600  # both budgets start over after the job ran this long with no failure (0: never)
     placement_timeout_seconds: int = 120  # placement_timeout.py: placed pod by pod, not all placed this long
     restart_strategy: str = RECREATE  # in_place.py
 

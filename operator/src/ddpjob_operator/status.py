@@ -53,6 +53,7 @@ class InPlace(TypedDict, total=False):
 
 
 class Recovery(TypedDict, total=False):
+    id: int  # one more than the newest entry's
     time: str
     how: str  # recoveries.py: InPlace, GroupRecreated
     attempt: int
@@ -84,6 +85,7 @@ class JobStatus(TypedDict, total=False):
     restarts: int
     inPlace: InPlace  # in_place.py: in-place restarts counted in an attempt
     replacing: dict[str, str]  # replace_pod.py: replica index -> uid of the lost pod being replaced alone
+    retiredUids: list[str]  # replace_pod.py: replaced pods that still exist, excluded until they are gone
     recoveries: list[Recovery]  # recoveries.py
     platformRestarts: int
     attempt: int

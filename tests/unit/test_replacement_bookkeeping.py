@@ -1,0 +1,205 @@
+"""The bookkeeping of a pod replaced alone (replace_pod.py, pod_sort.py, in_place.py, recoveries.py): issue 35's
+scenarios, each the first row of its table. Every one failed on the planner before its fix."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+from job_builders import NOW, ago, make_job, make_node, make_pod, observe, running_pods
+
+from ddpjob_operator.planner import PlannerSettings, plan_reconcile
+from ddpjob_operator.pod_sort import sort_pods
+
+SETTINGS = PlannerSettings(node_lost_grace_seconds=30, terminating_grace_seconds=60)
+NODES = [make_node("node-0"), make_node("dead", ready=False, since=90)]
+
+
+def in_place(job):
+    job.obj["spec"].setdefault("runPolicy", {})["restartStrategy"] = "InPlace"
+    return job
+
+
+def torchft(job):
+    job.obj["spec"]["faultTolerance"] = {"mode": "TorchFT"}
+    return job
+
+
+def replacement(index: int, phase: str = "Running"):
+    pod = make_pod("a", index).build()
+    pod["metadata"].update(name=f"a-worker-{index}-r", uid=f"pod-{index}-new", creationTimestamp=ago(20))
+    pod["status"] = {"phase": phase}
+    return pod
+
+
+def lost_on_dead_node(index: int):
+    """The lost pod: deleted, still Terminating on its NotReady node (inside the 300 s safety grace)."""
+    return make_pod("a", index).on_node("dead").terminating(since=40).build()
+
+
+# --- item 2: a replaced pod never takes its index back ------------------------------------------------------------
+@pytest.mark.parametrize("name, order", [
+    ("the old pod listed before its replacement (the ping-pong)", "old-first"),
+    ("the replacement listed first", "new-first"),
+])
+def test_a_replaced_pod_still_terminating_never_takes_its_index_back(name, order):
+    job = in_place(make_job("a").replicas(3)).running(restarts=1).status(replacing={"1": "pod-1-0"})
+    old, new = lost_on_dead_node(1), replacement(1)
+    middle = [old, new] if order == "old-first" else [new, old]
+    pods = [make_pod("a", 0).build(), *middle, make_pod("a", 2).build()]
+    plan = plan_reconcile(observe(job.build(), pods, NODES), SETTINGS)
+    status = plan.status
+    assert "replacing" not in status and status["retiredUids"] == ["pod-1-0"], name
+    for _ in range(2):  # the passes after the replacement is over: nothing changes, whatever the order
+        job.obj["status"] = status  # as written: whole
+        plan = plan_reconcile(observe(job.build(), pods, NODES), SETTINGS)
+        status = plan.status or job.obj["status"]
+        assert "a-worker-1-r" not in plan.delete_pods, name
+        assert (status["phase"], status["restarts"], status.get("platformRestarts", 0)) == ("Running", 1, 0), name
+        assert status["attempt"] == 0 and "replacing" not in status, name
+    # Gone at last: its uid is forgotten.
+    job.obj["status"] = status
+    plan = plan_reconcile(observe(job.build(), [p for p in pods if p is not old], NODES), SETTINGS)
+    assert "retiredUids" not in (plan.status or {}), name
+
+
+@pytest.mark.parametrize("name, pods, want", [
+    ("a Terminating pod of the index never displaces a live one", [
+        make_pod("a", 1).terminating(5).build(), replacement(1)], {1: "pod-1-new"}),
+    ("a Terminating pod alone still holds its index (its end is a failure to count)", [
+        make_pod("a", 1).terminating(5).build()], {1: "pod-1-0"}),
+    ("two live pods: the first keeps it", [make_pod("a", 1).build(), replacement(1)], {1: "pod-1-0"}),
+    ("a replaced uid is never current", [make_pod("a", 1).build(), replacement(1)], {1: "pod-1-new"}),
+])
+def test_sort_pods_gives_each_index_to_a_live_pod_first(name, pods, want):
+    replaced = {"pod-1-0"} if name.startswith("a replaced uid") else set()
+    got = sort_pods(pods, attempt=0, replicas=3, replaced=replaced)
+    assert {i: p["metadata"]["uid"] for i, p in got.current.items()} == want, name
+
+
+def plan_with(job, pods, progress=None, nodes=NODES, now=NOW):
+    obs = dataclasses.replace(observe(job.build(), pods, nodes, now=now), progress=progress)
+    return plan_reconcile(obs, SETTINGS)
+
+
+def node_down(since: float):
+    return [make_node("node-0"), make_node("dead", ready=False, since=since)]
+
+
+# --- item 5: a lost node under InPlace is counted once ------------------------------------------------------------
+def test_a_lost_node_under_in_place_is_counted_once():
+    job = in_place(make_job("a").replicas(3).backoff_limit(3)).running()
+    pods = [make_pod("a", 0).build(), make_pod("a", 1).on_node("dead").build(), make_pod("a", 2).build()]
+    survivors_restarted = {"step": 130, "inPlaceRestarts": 1, "updateTime": ago(1)}
+    # Inside the node's grace: the survivors' restart may be this loss's; nothing is taken in yet.
+    plan = plan_with(job, pods, survivors_restarted, node_down(10))
+    assert plan.status is None or plan.status.get("restarts", 0) == 0
+    assert "RestartedInPlace" not in [e.reason for e in plan.events]
+    # The grace is over: the node is lost, the pod replaced, one platform failure and nothing else.
+    plan = plan_with(job, pods, survivors_restarted, node_down(40))
+    s = plan.status
+    assert (s["restarts"], s["platformRestarts"], s["replacing"]) == (0, 1, {"1": "pod-1-0"})
+    assert s["inPlace"] == {"attempt": 0, "restarts": 1}, "the survivors' restart is the replacement's"
+    assert [e.reason for e in plan.events] == ["ReplacingPod"]
+    # The next pass sees the same count: nothing more.
+    job.obj["status"] = s
+    again = plan_with(job, pods, survivors_restarted, node_down(41))
+    assert (again.status or s)["restarts"] == 0
+
+
+# --- item 6: status.recoveries --------------------------------------------------------------------------------
+def test_an_open_entry_followed_by_another_still_closes():
+    from ddpjob_operator import recoveries
+    from ddpjob_operator.plan import Plan
+
+    status = {"attempt": 0, "worldSize": 3, "recoveries": [
+        {"id": 1, "time": ago(30), "how": "PodReplaced", "attempt": 0, "message": "m", "ranks": 3},
+        {"id": 2, "time": ago(10), "how": "InPlace", "attempt": 0, "message": "m"},
+    ]}
+    plan = Plan()
+    recoveries.close(status, NOW, plan)  # type: ignore[arg-type]
+    first, second = status["recoveries"]
+    assert (first["recoverySeconds"], first["gpuSecondsLost"], "ranks" in first) == (30.0, 90.0, False)
+    assert second == {"id": 2, "time": ago(10), "how": "InPlace", "attempt": 0, "message": "m"}
+    assert [e.reason for e in plan.events] == ["Recovered"] and "#1" in plan.events[0].message
+
+
+def test_entries_are_numbered_one_after_the_other():
+    from ddpjob_operator import recoveries
+
+    status = {"attempt": 0, "recoveries": [{"id": 7, "time": ago(30), "how": "InPlace", "attempt": 0, "message": "m"}]}
+    entry = recoveries.record(status, NOW, recoveries.IN_PLACE, None, "m", done=True)  # type: ignore[arg-type]
+    assert entry["id"] == 8
+
+
+def test_a_node_loss_starts_at_its_not_ready_transition():
+    job = in_place(make_job("a").replicas(3)).running()
+    pods = [make_pod("a", 0).build(), make_pod("a", 1).on_node("dead").build(), make_pod("a", 2).build()]
+    s = plan_with(job, pods, nodes=node_down(75)).status
+    assert s["recoveries"][-1]["time"] == ago(75) and s["lastFailure"]["time"] == ago(75)
+
+
+def test_steps_lost_come_from_this_passs_scrape():
+    job = make_job("a").replicas(2).restart_backoff(0).running()
+    job.status(progress={"attempt": 0, "step": 100, "checkpointStep": 100})  # written 50 s ago
+    scraped = {"step": 160, "checkpointStep": 100, "updateTime": ago(1)}
+    s = plan_with(job, [make_pod("a", 0).build(), make_pod("a", 1).failed(1).build()], scraped).status
+    entry = s["recoveries"][-1]
+    assert (entry["how"], entry["step"], entry["stepsLost"]) == ("GroupRecreated", 160, 60)
+
+
+@pytest.mark.parametrize("name, elastic, want_ranks", [
+    ("elastic 2..3: the survivors train on, only the lost pod's ranks stop", (2, 3), 2),
+    ("fixed size: every rank waits for the replacement", None, 6),
+])
+def test_an_in_place_replacement_charges_the_ranks_that_stopped(name, elastic, want_ranks):
+    job = in_place(make_job("a").replicas(3).nproc(2))
+    if elastic:
+        job.elastic(*elastic)
+    job.running()
+    job.obj["status"]["worldSize"] = 6
+    pods = [make_pod("a", 0).build(), make_pod("a", 1).failed(1).build(), make_pod("a", 2).build()]
+    s = plan_with(job, pods).status
+    assert (s["recoveries"][-1]["how"], s["recoveries"][-1]["ranks"]) == ("PodReplaced", want_ranks), name
+
+
+# --- item 8: several groups lost at once --------------------------------------------------------------------------
+@pytest.mark.parametrize("name, backoff, failed, want", [
+    ("two groups at once, one restart left: the budget is checked for each", 1, [1, 2],
+     ("Failed", "BackoffLimitExceeded", None)),
+    ("two groups at once, two left: both replaced", 2, [1, 2], ("Running", "", {"1", "2"})),
+    ("every group lost: the group is recreated from its checkpoint", 3, [0, 1, 2], ("Restarting", "", None)),
+])
+def test_several_groups_lost_at_once(name, backoff, failed, want):
+    job = torchft(make_job("a").replicas(3).restart_backoff(0).backoff_limit(backoff)).running()
+    job.status(progress={"attempt": 0, "step": 120, "checkpointStep": 100})
+    pods = [make_pod("a", i).failed(1).build() if i in failed else make_pod("a", i).build() for i in range(3)]
+    s = plan_with(job, pods).status
+    failed_condition = next((c for c in s["conditions"] if c["type"] == "Failed"), {})
+    replacing = set(s["replacing"]) if "replacing" in s else None
+    assert (s["phase"], failed_condition.get("reason", ""), replacing) == want, name
+    if want[0] == "Restarting":
+        entry = s["recoveries"][-1]
+        assert (s["attempt"], entry["how"], entry["stepsLost"]) == (1, "GroupRecreated", 20)
+
+
+# --- item 10: the join window belongs to its attempt -----------------------------------------------------------
+@pytest.mark.parametrize("name, in_place_seen, scraped_at, want_restarts, want_joined", [
+    ("a window of an earlier attempt is not this attempt's", {"attempt": 0, "restarts": 1, "joinUntil": ago(-60)},
+     1, 1, False),
+    ("a join first seen after the window (a scrape gap) is not charged",
+     {"attempt": 1, "restarts": 0, "joinUntil": ago(30)}, 1, 0, True),
+    ("after a later scrape showed nothing, the window is over",
+     {"attempt": 1, "restarts": 0, "joinUntil": ago(30)}, None, 1, False),
+])
+def test_the_join_window_belongs_to_its_attempt(name, in_place_seen, scraped_at, want_restarts, want_joined):
+    job = in_place(make_job("a").replicas(2).backoff_limit(5)).running(attempt=1).status(inPlace=in_place_seen)
+    if scraped_at is None:  # a pass with a post-window scrape showing no restart closes the window first
+        quiet = plan_with(job, running_pods("a", 2, attempt=1), {"step": 5, "inPlaceRestarts": 0,
+                                                                   "updateTime": ago(10)})
+        job.obj["status"] = quiet.status or job.obj["status"]
+    scraped = {"step": 9, "inPlaceRestarts": 1, "updateTime": ago(1)}
+    plan = plan_with(job, running_pods("a", 2, attempt=1), scraped)
+    s = plan.status
+    assert (s.get("restarts", 0), "ReplacementJoined" in [e.reason for e in plan.events]) == (
+        want_restarts, want_joined), name
