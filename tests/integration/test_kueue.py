@@ -24,6 +24,8 @@ from support.operator import QUEUE_LABEL_POLICY, ROOT, OperatorProcess
 from ddpjob_manifests import ddpjob
 from namespaced_kubectl import Kube
 
+from ddpjob_operator.kueue import DEACTIVATED_BY
+
 NS_PREFIX = "t-kq-"
 ADMIT_WITHIN = 60  # seconds: Kueue's admission cycle, then a reconcile and the scheduler; generous under load
 # Kueue's waitForPodsReady for this suite: an admitted job whose pods do not all run by then is evicted.
@@ -267,14 +269,33 @@ def test_suspending_an_admitted_job_gives_its_quota_to_a_queued_one(kube, ns, no
     kube.wait_phase("second", "Running", timeout=ADMIT_WITHIN)
     (wl,) = workloads(kube, "first")
     assert wl["spec"].get("active") is False and not (wl.get("status") or {}).get("admission"), wl
+    assert wl["metadata"]["annotations"].get(DEACTIVATED_BY) == "true", "the operator marks its own deactivation"
     # Resumed, it queues again as a new job would, behind the quota the second job now holds.
     kube("patch", "ddpj", "first", "--type=merge", "-p", json.dumps({"spec": {"runPolicy": {"suspend": False}}}))
     kube.wait_status("first", is_queued, timeout=ADMIT_WITHIN, what="first Queued again after its resume")
     wait_until(lambda: workloads(kube, "first")[0]["spec"].get("active") is True, timeout=30,
                what="first's Workload active again")
+    assert DEACTIVATED_BY not in (workloads(kube, "first")[0]["metadata"].get("annotations") or {})
     assert kube.pods("first") == []
     finish(kube, "second")
     kube.wait_phase("first", "Running", timeout=ADMIT_WITHIN)
+
+
+def test_a_workload_an_admin_deactivated_stays_inactive(kube, ns, nodes):
+    """Issue 35 item 9: the operator reactivated any inactive Workload, undoing an admin's (or Kueue's own
+    waitForPodsReady) deactivation. Now the job is queued, says why, and its Workload stays inactive."""
+    nodes(2)
+    queue(kube, ns, gpus=16)
+    kube.apply(queued_job("job"))
+    kube.wait_phase("job", "Running", timeout=ADMIT_WITHIN)
+    (wl,) = workloads(kube, "job")
+    kube("patch", "workloads.kueue.x-k8s.io", wl["metadata"]["name"], "--type=merge", "-p",
+         json.dumps({"spec": {"active": False}}))
+    status = kube.wait_status("job", lambda s: is_queued(s) and "does not undo" in condition(s, "Queued")["message"],
+                              timeout=ADMIT_WITHIN, what="job queued, saying its Workload stays inactive")
+    assert "set its spec.active to true" in condition(status, "Queued")["message"]
+    wait_until(lambda: not kube.pods("job"), timeout=60, what="the job's pods stopped")
+    assert workloads(kube, "job")[0]["spec"].get("active") is False, "never reactivated by the operator"
 
 
 def test_the_queue_label_cannot_change_while_a_job_is_admitted_or_has_pods(kube, ns, nodes):

@@ -47,7 +47,8 @@ def test_suspending_an_admitted_job_deactivates_its_workload_and_stops_its_pods(
     job, wl = admitted_running()
     plan = plan_reconcile(governed(suspend(job), slim(running_pods("a", 2)), [wl]), PlannerSettings())
     assert plan.status["phase"] == "Suspended"
-    assert plan.workload_active == (wl["metadata"]["name"], False)
+    change = plan.workload_active
+    assert (change.name, change.active) == (wl["metadata"]["name"], False)
 
 
 def test_a_suspended_job_releases_its_admission_once_its_pods_are_gone():
@@ -68,11 +69,32 @@ def test_resuming_activates_the_workload_and_queues_the_job():
     job, wl = admitted_running()
     job["status"].update({"phase": "Suspended", "attempt": 1})
     wl["spec"]["active"] = False
+    wl["metadata"].setdefault("annotations", {})[kueue.DEACTIVATED_BY] = "true"  # as the suspension left it
     wl["status"] = {"conditions": []}
     first, plan = two_passes(job, [], [wl])
     assert first.status["phase"] == "Pending" and first.create_pods == []
-    assert plan.workload_active == (wl["metadata"]["name"], True)
+    change = plan.workload_active
+    assert (change.name, change.active) == (wl["metadata"]["name"], True)
+    assert change.resource_version == wl["metadata"].get("resourceVersion", ""), "a precondition"
     assert plan.create_pods == [] and plan.status["reason"] == "Queued"
+
+
+@pytest.mark.parametrize("name, evicted, want_in_message", [
+    ("Kueue's waitForPodsReady deactivated it: left so", {"type": "Evicted", "status": "True",
+     "reason": "Deactivated", "message": "exceeding the maximum number of re-queuing retries"}, "re-queuing"),
+    ("an admin deactivated it: left so", None, "by Kueue or an administrator"),
+])
+def test_a_workload_someone_else_deactivated_is_never_reactivated(name, evicted, want_in_message):
+    job, wl = admitted_running()
+    job["status"].update({"phase": "Pending", "attempt": 1, "reason": "Queued"})
+    wl["spec"]["active"] = False
+    wl["status"] = {"conditions": [evicted] if evicted else []}
+    plan = plan_reconcile(governed(job, [], [wl]), PlannerSettings())
+    assert plan.workload_active is None, name
+    assert plan.create_pods == []
+    status = plan.status or job["status"]
+    assert status["reason"] == "Queued" and want_in_message in status["conditions"][-1]["message"], name
+    assert "set its spec.active to true" in status["conditions"][-1]["message"]
 
 
 HELD_CASES = [

@@ -276,7 +276,16 @@ class PlanApplier:
         for name in plan.delete_workloads:
             self._delete_custom(kueue.GROUP, kueue.VERSION, key[0], kueue.WORKLOADS, name)
         if plan.workload_active is not None:
-            name, active = plan.workload_active
+            change = plan.workload_active
+            # The mark goes on with a deactivation and off with the activation, in the same write, from the
+            # resourceVersion the decision read: a Workload changed meanwhile (409) is decided again.
+            body = {
+                "metadata": {
+                    "resourceVersion": change.resource_version or None,
+                    "annotations": {kueue.DEACTIVATED_BY: None if change.active else "true"},
+                },
+                "spec": {"active": change.active},
+            }
             try:
                 drained(
                     self.custom.patch_namespaced_custom_object(
@@ -284,15 +293,16 @@ class PlanApplier:
                         kueue.VERSION,
                         key[0],
                         kueue.WORKLOADS,
-                        name,
-                        {"spec": {"active": active}},
+                        change.name,
+                        body,
                         _preload_content=False,
                         _request_timeout=REQUEST_TIMEOUT,
                     )
                 )
-                log.info("Workload %s %s", name, "activated" if active else "deactivated", extra=fields)
+                verb = "activated" if change.active else "deactivated"
+                log.info("Workload %s %s", change.name, verb, extra=fields)
             except ApiException as exc:
-                if status_of(exc) != 404:
+                if status_of(exc) not in (404, 409):
                     raise
         write = plan.workload_write
         if write is None:

@@ -344,11 +344,48 @@ class Decision:
     create: dict[str, Any] | None = None
     delete: list[str] = field(default_factory=list)
     write: WorkloadWrite | None = None
-    active: tuple[str, bool] | None = None  # set the Workload's spec.active (a suspension, a resume)
+    active: ActiveWrite | None = None  # set the Workload's spec.active (a suspension, a resume)
+
+
+@dataclass(frozen=True)
+class ActiveWrite:
+    """Set a Workload's spec.active, from the resourceVersion it was decided on (a precondition: a Workload that
+    changed meanwhile is decided again). Deactivating marks it DEACTIVATED_BY (the operator's own), and only a
+    Workload so marked is ever activated again."""
+
+    name: str
+    active: bool
+    resource_version: str
+
+
+# The operator deactivates a suspended job's Workload and marks it so. A Workload that Kueue deactivated
+# (waitForPodsReady's requeuing limit) or an admin did carries no mark, and the operator never undoes that.
+DEACTIVATED_BY = "ddpjob.dev/deactivated-by-operator"
 
 
 def is_active(workload: Mapping[str, Any]) -> bool:
     return (workload.get("spec") or {}).get("active", True) is not False
+
+
+def deactivated_by_us(workload: Mapping[str, Any]) -> bool:
+    return ((workload.get("metadata") or {}).get("annotations") or {}).get(DEACTIVATED_BY) == "true"
+
+
+def active_write(workload: Mapping[str, Any], active: bool) -> ActiveWrite:
+    meta = workload["metadata"]
+    return ActiveWrite(meta["name"], active, str(meta.get("resourceVersion", "")))
+
+
+def inactive_message(workload: Mapping[str, Any], queue: str) -> str:
+    """Why an inactive Workload the operator did not deactivate stays so, and what the user can do."""
+    evicted_condition: Mapping[str, Any] = next(
+        (c for c in (workload.get("status") or {}).get("conditions") or [] if c.get("type") == "Evicted"), {}
+    )
+    why = evicted_condition.get("message") or evicted_condition.get("reason") or "by Kueue or an administrator"
+    return (
+        f"Workload {workload['metadata']['name']} in LocalQueue {queue} was deactivated ({why}); the operator does "
+        "not undo that: set its spec.active to true to queue the job again"
+    )
 
 
 # Kueue's reason for a deactivated Workload: its Requeued=False must say it, so that Kueue requeues the Workload
@@ -365,7 +402,7 @@ def suspended(workloads: list[dict[str, Any]], pods: list[dict[str, Any]], now: 
         if workload["metadata"].get("deletionTimestamp"):
             continue
         if is_active(workload):
-            out.active = (workload["metadata"]["name"], False)
+            out.active = active_write(workload, False)
         elif (workload.get("status") or {}).get("admission") and not any(_active(p) for p in pods):
             out.write = clear_admission(workload, now, DEACTIVATED, "the DDPJob is suspended")
         return out
@@ -411,9 +448,15 @@ def decide(
         out.create = built
         out.hold = Hold(QUEUED, waiting_message(queue, None))
         return out
-    if not is_active(workload):  # resumed after a suspension: queued again
-        out.active = (want, True)
-        out.hold = Hold(QUEUED, waiting_message(queue, None))
+    if not is_active(workload):
+        if deactivated_by_us(workload):  # resumed after a suspension: queued again
+            out.active = active_write(workload, True)
+            out.hold = Hold(QUEUED, waiting_message(queue, None))
+        else:
+            # As on an eviction: the pods stop, and once they are gone the quota is given back.
+            if not any(_active(p) for p in pods) and (workload.get("status") or {}).get("admission"):
+                out.write = clear_admission(workload, now, DEACTIVATED, "its Workload was deactivated")
+            out.hold = Hold(QUEUED, inactive_message(workload, queue), "Warning")
         return out
     ev = evicted(workload)
     if ev is not None:

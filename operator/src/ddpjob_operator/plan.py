@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from .kueue import View, WorkloadWrite
+from .kueue import ActiveWrite, View, WorkloadWrite
 from .status import JobStatus
 
 
@@ -101,7 +101,7 @@ class Plan:
     create_workload: dict[str, Any] | None = None  # Kueue's Workload for the job (kueue.py)
     delete_workloads: list[str] = field(default_factory=list)  # Workloads of an earlier shape
     workload_write: WorkloadWrite | None = None  # a status update of the job's Workload
-    workload_active: tuple[str, bool] | None = None  # (Workload, spec.active): off while the job is suspended
+    workload_active: ActiveWrite | None = None  # a Workload's spec.active: off while the job is suspended
     create_pods: list[dict[str, Any]] = field(default_factory=list)
     status: JobStatus | None = None  # None: nothing changed, write nothing
     # The pass that creates pods writes no status: the pass that sees them (usually Running) writes it once, so
