@@ -285,3 +285,38 @@ def test_a_running_jobs_lighthouse_gone_recreates_the_group(how, lighthouse, nod
     assert status["lastFailure"]["pod"] == LIGHTHOUSE and status["platformRestarts"] == 1
     assert status["recoveries"][-1]["how"] == "GroupRecreated"
     assert "Restarting" in [e.reason for e in plan.events]
+
+
+@pytest.mark.parametrize("name, pod0, replacing, want", [
+    ("pod 0 on a lost node, being replaced: group 1 is read", "dead-node", {"0": "pod-0-0"}, "10.0.0.11"),
+    ("pod 0 being replaced, its node still Ready (Terminating)", "terminating", {"0": "pod-0-0"}, "10.0.0.11"),
+    ("pod 0 on a NotReady node, not yet replaced: group 1 is read", "dead-node", None, "10.0.0.11"),
+    ("pod 0 live: pod 0", "live", None, "10.0.0.10"),
+])
+def test_torchft_progress_is_read_from_the_lowest_live_group(name, pod0, replacing, want):
+    from job_builders import make_node
+
+    from ddpjob_operator.progress import metrics_url
+
+    job = torchft(make_job("a").replicas(3)).running()
+    if replacing:
+        job.status(replacing=replacing)
+    pods = [with_metrics(make_pod("a", i).build()) for i in range(3)]
+    for i, pod in enumerate(pods):
+        pod["status"]["podIP"] = f"10.0.0.1{i}"
+    if pod0 == "dead-node":
+        pods[0]["spec"]["nodeName"] = "dead"
+    elif pod0 == "terminating":
+        pods[0]["metadata"]["deletionTimestamp"] = "2026-01-01T11:59:00Z"
+    nodes = [make_node("node-0"), make_node("dead", ready=False, since=60)]
+    obs = observe(job.build(), pods, nodes)
+    assert metrics_url(obs) == f"http://{want}:9400/metrics", name
+
+
+def test_without_torchft_worker_0_alone_is_read():
+    from ddpjob_operator.progress import metrics_url
+
+    job = make_job("a").replicas(2).running()
+    pods = [with_metrics(make_pod("a", i).build()) for i in range(2)]
+    pods[0]["status"]["phase"] = "Pending"
+    assert metrics_url(observe(job.build(), pods)) is None

@@ -24,20 +24,24 @@ def succeeded(index: int, message: str = "") -> dict:
 
 SCRAPED = {"step": 2899, "loss": 0.25, "attempt": 0, "updateTime": ago(20), "advanceTime": ago(20)}
 
+DONE = {"percent": 100, "etaSeconds": 0, "text": "100%"}  # a Succeeded job is done, said total or not
 CASES = [
     # name, status.progress before, worker 0's message, worker 1's message, want progress after
     ("the final step replaces an older scrape", SCRAPED, FINISHED, "",
-     {**SCRAPED, "step": 3000, "advanceTime": ago(0)}),
+     {**SCRAPED, "step": 3000, "advanceTime": ago(0), **DONE}),
     ("a job never scraped gets its final step", None, FINISHED, "",
-     {"step": 3000, "attempt": 0, "advanceTime": ago(0)}),
-    ("no final step: the last scrape stays", SCRAPED, "", "", SCRAPED),
-    ("a scrape already at the end stays", {**SCRAPED, "step": 3000}, FINISHED, "", {**SCRAPED, "step": 3000}),
+     {"step": 3000, "attempt": 0, "advanceTime": ago(0), **DONE}),
+    ("no final step: the last scrape stays, done", SCRAPED, "", "", {**SCRAPED, **DONE}),
+    ("never scraped, no final step: no progress", None, "", "", None),
+    ("a scrape already at the end stays", {**SCRAPED, "step": 3000}, FINISHED, "", {**SCRAPED, "step": 3000, **DONE}),
     ("the end is 100% done with no time left", {**SCRAPED, "totalSteps": 3000, "percent": 96, "etaSeconds": 9,
                                                 "text": "96% ETA 9s"}, FINISHED, "",
      {**SCRAPED, "step": 3000, "advanceTime": ago(0), "totalSteps": 3000, "percent": 100, "etaSeconds": 0,
       "text": "100%"}),
-    ("only worker 0's message counts", SCRAPED, "", json.dumps({"finished": {"step": 5000}}), SCRAPED),
-    ("an unreadable message is ignored", SCRAPED, '{"finished": {"step": "3000"}', "", SCRAPED),
+    ("only worker 0's message counts", SCRAPED, "", json.dumps({"finished": {"step": 5000}}), {**SCRAPED, **DONE}),
+    ("an unreadable message is ignored", SCRAPED, '{"finished": {"step": "3000"}', "", {**SCRAPED, **DONE}),
+    ("a user's loop with no total (issue 35: STEP 2941, empty PROGRESS)", {**SCRAPED, "step": 2941},
+     json.dumps({"finished": {"step": 3000}}), "", {**SCRAPED, "step": 3000, "advanceTime": ago(0), **DONE}),
 ]
 
 

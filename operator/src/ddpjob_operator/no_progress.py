@@ -147,10 +147,16 @@ def show_progress_unknown(now: datetime, status: JobStatus, unknown: list[str], 
 
 
 def final_progress(now: datetime, status: JobStatus, worker0: dict[str, Any] | None) -> None:
-    """The step worker 0 finished at, when newer than the last scrape (which can be an interval before the exit)."""
+    """A Succeeded job's progress: the step worker 0 finished at when newer than the last scrape (which can be an
+    interval before the exit), and 100% done with no time left, whether or not the run said its total (a user's
+    loop that reports steps but no total_steps). A job that never reported a step keeps no progress."""
     step = failures.finished_step(worker0) if worker0 is not None else None
     progress = status.get("progress") or {}
-    if step is None or step <= progress.get("step", -1):
+    final: Progress = dict(progress)  # type: ignore[assignment]
+    if step is not None and step > progress.get("step", -1):
+        final.update({"step": step, "attempt": status["attempt"], "advanceTime": format_time(now)})
+    if "step" not in final:
         return
-    final: Progress = {**progress, "step": step, "attempt": status["attempt"], "advanceTime": format_time(now)}
-    status["progress"] = with_eta(progress, final)  # 100% and no time left where the total is known
+    final = with_eta(progress, final)
+    final.update({"percent": 100, "etaSeconds": 0, "text": "100%"})
+    status["progress"] = final

@@ -16,7 +16,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from . import api
 from .metrics_fetch import DEADLINE_SECONDS, fetch_metrics
 from .plan import Observed
-from .spec import trainer_container
+from .spec import TORCHFT, trainer_container
 from .timefmt import format_time, utcnow
 
 log = logging.getLogger("ddpjob.progress")
@@ -40,22 +40,49 @@ INTEGERS = ("step", "inPlaceRestarts", "checkpointStep", "totalSteps", "replicaG
 
 
 def metrics_url(obs: Observed) -> str | None:
-    """worker 0's metrics endpoint while the job is Running and its template declares a `metrics` port."""
-    if (obs.job.get("status") or {}).get("phase") != "Running":
+    """The metrics endpoint to read while the job is Running and its template declares a `metrics` port: worker
+    0's. Under TorchFT every replica group's pod reports the same step, so the lowest-index group that is live is
+    read: not one being replaced (or replaced and still Terminating), being deleted, or on a NotReady node, which
+    would answer nothing for up to the 300 s a lost pod is kept (progress and the recovery's end would wait)."""
+    status = obs.job.get("status") or {}
+    if status.get("phase") != "Running":
         return None
-    attempt = str((obs.job.get("status") or {}).get("attempt", 0))
+    attempt = str(status.get("attempt", 0))
+    torchft = ((obs.job.get("spec") or {}).get("faultTolerance") or {}).get("mode") == TORCHFT
+    replaced = set((status.get("replacing") or {}).values()) | set(status.get("retiredUids") or [])
+    candidates: list[tuple[int, str]] = []
     for pod in obs.pods:
         labels = pod["metadata"].get("labels", {})
-        if labels.get(api.LABEL_REPLICA_INDEX) != "0" or labels.get(api.LABEL_ATTEMPT) != attempt:
+        index = labels.get(api.LABEL_REPLICA_INDEX, "")
+        if labels.get(api.LABEL_ATTEMPT) != attempt or not index.isdigit() or (index != "0" and not torchft):
             continue
-        ip = (pod.get("status") or {}).get("podIP")
-        container = trainer_container(pod["spec"].get("containers", [])) or {}
-        port = next(
-            (p.get("containerPort") for p in container.get("ports") or [] if p.get("name") == api.METRICS_PORT_NAME),
-            None,
-        )
-        if ip and port and (pod.get("status") or {}).get("phase") == "Running":
-            return f"http://{ip}:{port}/metrics"
+        if torchft and not _live(pod, obs, replaced):
+            continue
+        url = _pod_metrics_url(pod)
+        if url is not None:
+            candidates.append((int(index), url))
+    return min(candidates)[1] if candidates else None
+
+
+def _live(pod: dict[str, Any], obs: Observed, replaced: set[str]) -> bool:
+    if pod["metadata"].get("uid") in replaced or pod["metadata"].get("deletionTimestamp"):
+        return False
+    name = (pod.get("spec") or {}).get("nodeName")
+    if not name:
+        return True
+    conditions = ((obs.nodes.get(name) or {}).get("status") or {}).get("conditions") or []
+    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+
+
+def _pod_metrics_url(pod: dict[str, Any]) -> str | None:
+    ip = (pod.get("status") or {}).get("podIP")
+    container = trainer_container(pod["spec"].get("containers", [])) or {}
+    port = next(
+        (p.get("containerPort") for p in container.get("ports") or [] if p.get("name") == api.METRICS_PORT_NAME),
+        None,
+    )
+    if ip and port and (pod.get("status") or {}).get("phase") == "Running":
+        return f"http://{ip}:{port}/metrics"
     return None
 
 
