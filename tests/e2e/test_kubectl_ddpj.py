@@ -5,6 +5,7 @@ job's outcome, and `why` names what holds a job back. Bad input ends with a mess
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -14,6 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
+import yaml
 
 from conftest import job_status, pods
 from ddpjob_localnode.recovery import find_worker_process
@@ -27,11 +29,16 @@ PLUGIN = ROOT / ".venv" / "bin" / "kubectl-ddpj"
 LOCAL = ["--node-selector", "ddpjob.dev/local-node=true", "--toleration", "ddpjob.dev/local-node"]
 
 
-def ddpj(cluster, namespace, *args, timeout: float = 60, **kw) -> subprocess.CompletedProcess:
+def kubectl_ddpj(cluster, *words, timeout: float = 60, **kw) -> subprocess.CompletedProcess:
     """The plugin as kubectl runs it: `kubectl ddpj ...` finds kubectl-ddpj on PATH."""
     env = {**os.environ, "PATH": f"{PLUGIN.parent}:{os.environ['PATH']}", "KUBECONFIG": str(cluster.kubeconfig)}
-    return subprocess.run([str(ROOT / ".cache" / "bin" / "kubectl"), "ddpj", args[0], "-n", namespace, *args[1:]],
+    return subprocess.run([str(ROOT / ".cache" / "bin" / "kubectl"), "ddpj", *words],
                           capture_output=True, text=True, timeout=timeout, env=env, **kw)
+
+
+def ddpj(cluster, namespace, *args, timeout: float = 60, **kw) -> subprocess.CompletedProcess:
+    """`kubectl ddpj SUBCOMMAND -n NAMESPACE ...`."""
+    return kubectl_ddpj(cluster, args[0], "-n", namespace, *args[1:], timeout=timeout, **kw)
 
 
 def digits_args(name: str, namespace: str, steps: int, strategy: str = "Recreate") -> list[str]:
@@ -155,6 +162,33 @@ def test_run_dry_run_yaml_passes_a_server_side_dry_run(cluster, crds, namespace)
                               check=False)
     assert applied.returncode == 0 and "created (server dry run)" in applied.stdout, applied
     assert cluster.kubectl("-n", namespace, "get", "ddpj", "dry", check=False).returncode != 0, "nothing created"
+
+
+def test_namespace_before_or_after_the_subcommand_and_run_with_a_python_command(cluster, crds, namespace):
+    """`kubectl ddpj -n NS watch JOB` and `kubectl ddpj watch JOB -n NS` (kubectl's flags anywhere on the line), and
+    `run NAME --image I -- python -m train ARGS` (the command after --, as `kubectl run` takes it) writes the
+    trainer's command as -m does, in a job the API server takes. No operator: the job's phase is written here."""
+    printed = kubectl_ddpj(cluster, "-n", namespace, "run", "py", "--image", "img:1", "--dry-run", "-o", "yaml", "--",
+                           "python", "-m", "train", "--lr", "3e-4")
+    assert printed.returncode == 0, printed
+    applied = cluster.kubectl("-n", namespace, "apply", "--dry-run=server", "-f", "-", input=printed.stdout,
+                              check=False)
+    assert applied.returncode == 0 and "created (server dry run)" in applied.stdout, applied
+    trainer = yaml.safe_load(printed.stdout)["spec"]["template"]["spec"]["containers"][0]
+    assert trainer["command"] == ["python", "-m", "ddp_trainer.torchrun"], trainer
+    assert trainer["args"] == ["--module", "train", "--lr", "3e-4"], trainer
+
+    made = kubectl_ddpj(cluster, "-n", namespace, "run", "py", "--image", "img:1", "--no-watch", "--", "python",
+                        "-m", "train", "--lr", "3e-4")
+    assert made.returncode == 0 and f"created in namespace {namespace}" in made.stdout, made
+    cluster.kubectl("-n", namespace, "patch", "ddpj", "py", "--subresource=status", "--type=merge", "-p",
+                    json.dumps({"status": {"phase": "Succeeded"}}))
+    for words in (["-n", namespace, "watch", "py"], ["watch", "py", "-n", namespace],
+                  [f"--namespace={namespace}", "watch", "py"], ["watch", "py", f"-n{namespace}"]):
+        watched = kubectl_ddpj(cluster, *words)
+        assert watched.returncode == 0 and "Succeeded" in watched.stdout, (words, watched)
+    elsewhere = kubectl_ddpj(cluster, "watch", "py")  # the context's namespace: the -n above was read
+    assert elsewhere.returncode == 2 and 'ddpjob "py" not found' in elsewhere.stderr, elsewhere
 
 
 def test_bad_input_gets_a_clear_message_and_exit_code_2(cluster, crds, namespace, tmp_path):

@@ -108,7 +108,7 @@ def test_run_writes_an_elastic_queued_job():
 
 @pytest.mark.parametrize("words, message", [
     ((), "give what to run"),
-    (("-m", "a", "--script", "b.py"), "give what to run"),
+    (("-m", "a", "--script", "b.py"), "give one thing to run"),
     (("-m", "a", "--replicas", "5", "--max-replicas", "4"), "--replicas 5 must be within"),
     (("-m", "a", "--node-selector", "nokey"), "--node-selector takes KEY=VALUE"),
 ])

@@ -239,32 +239,71 @@ def cmd_run(kube: Kube | None, a: argparse.Namespace) -> int:
     return cmd_watch(kube, a)
 
 
+OUTPUTS = {"run": ["yaml", "json"]}  # the subcommands that print in a format of -o's, and their formats
+
+
+def kube_flags(sub: bool, outputs: list[str] | None = None) -> argparse.ArgumentParser:
+    """The flags kubectl users put anywhere on the line, before or after the subcommand, in each of argparse's forms
+    (`-n team`, `-nteam`, `--namespace=team`). The top-level parser and every subcommand take them; a subcommand's
+    copy defaults to SUPPRESS, so that it leaves a value given before the subcommand as it is (given in both places,
+    the later one wins, as in kubectl). -A and -o are read everywhere, so that where they do not apply the message
+    says so (parse) wherever they stand."""
+    flags = argparse.ArgumentParser(add_help=False)
+    unset = argparse.SUPPRESS if sub else None
+    flags.add_argument("-n", "--namespace", default=unset, help="the job's namespace (default: the context's)")
+    flags.add_argument("--kubeconfig", default=unset, help="kubeconfig file (default: $KUBECONFIG, ~/.kube/config)")
+    flags.add_argument("--context", default=unset, help="kubeconfig context")
+    flags.add_argument(
+        "-A",
+        "--all-namespaces",
+        action="store_true",
+        default=argparse.SUPPRESS if sub else False,
+        help=argparse.SUPPRESS,  # every subcommand names one job, in one namespace
+    )
+    formats = outputs or list(dict.fromkeys(f for fs in OUTPUTS.values() for f in fs))
+    flags.add_argument(
+        "-o",
+        "--output",
+        choices=formats,
+        default=unset,
+        help=(
+            argparse.SUPPRESS
+            if sub and not outputs
+            else f"{'--dry-run' if sub else 'run --dry-run'}'s format (default {formats[0]})"
+        ),
+    )
+    return flags
+
+
 def parser() -> argparse.ArgumentParser:
-    top = argparse.ArgumentParser(prog="kubectl ddpj", description="Follow DDPJobs from a terminal (docs/cli.md).")
-    common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("-n", "--namespace", help="the job's namespace (default: the context's)")
-    common.add_argument("--kubeconfig", help="kubeconfig file (default: $KUBECONFIG, ~/.kube/config)")
-    common.add_argument("--context", help="kubeconfig context")
+    top = argparse.ArgumentParser(
+        prog="kubectl ddpj",
+        description="Follow DDPJobs from a terminal (docs/cli.md).",
+        parents=[kube_flags(sub=False)],
+    )
     sub = top.add_subparsers(dest="command", required=True)
 
-    w = sub.add_parser("watch", parents=[common], help="live view until the job ends; exit 0 Succeeded, 1 Failed")
+    def command(name: str, help: str) -> argparse.ArgumentParser:
+        return sub.add_parser(name, parents=[kube_flags(sub=True, outputs=OUTPUTS.get(name))], help=help)
+
+    w = command("watch", "live view until the job ends; exit 0 Succeeded, 1 Failed")
     w.add_argument("job")
     w.add_argument("--interval", type=float, default=1.0, help="seconds between reads (default 1)")
 
-    lg = sub.add_parser("logs", parents=[common], help="every rank's lines, merged and prefixed")
+    lg = command("logs", "every rank's lines, merged and prefixed")
     lg.add_argument("job")
     lg.add_argument("-f", "--follow", action="store_true", help="follow across attempts and replaced pods")
     lg.add_argument("--rank", type=int, help="only this global rank's lines")
     lg.add_argument("--attempt", type=int, help="only this attempt's pods")
     lg.add_argument("--since", help="only lines newer than this (30s, 5m, 2h)")
 
-    h = sub.add_parser("history", parents=[common], help="one row per restart or failure, from status")
+    h = command("history", "one row per restart or failure, from status")
     h.add_argument("job")
 
-    y = sub.add_parser("why", parents=[common], help="why the job is not Running, with the evidence")
+    y = command("why", "why the job is not Running, with the evidence")
     y.add_argument("job")
 
-    r = sub.add_parser("run", parents=[common], help="write a DDPJob from flags and watch it")
+    r = command("run", "write a DDPJob from flags and watch it")
     r.add_argument("name")
     r.add_argument("--image", required=True, help="the trainer image (it has python, torch and ddp_trainer)")
     r.add_argument("-m", "--module", help="python module to run under torchrun (e.g. ddp_trainer)")
@@ -281,21 +320,34 @@ def parser() -> argparse.ArgumentParser:
     r.add_argument("--node-selector", action="append", metavar="KEY=VALUE", help="pod nodeSelector (repeatable)")
     r.add_argument("--toleration", action="append", metavar="KEY", help="tolerate taint KEY (repeatable)")
     r.add_argument("--dry-run", action="store_true", help="print the manifest instead of creating it")
-    r.add_argument("-o", "--output", choices=["yaml", "json"], default="yaml", help="--dry-run's format")
     r.add_argument("--no-watch", action="store_true", help="create it and return")
     r.add_argument("--interval", type=float, default=1.0, help=argparse.SUPPRESS)
-    r.epilog = "Arguments after -- go to the module or script."
+    r.epilog = (
+        "After --: the arguments of -m MODULE or --script PATH, or without them the command, "
+        "python -m MODULE [ARGS] or python PATH [ARGS] (torchrun starts it in each pod)."
+    )
     return top
+
+
+def parse(words: list[str]) -> argparse.Namespace:
+    """The command line, with the words after the first `--` in `args` (run's command or its arguments)."""
+    after = words.index("--") if "--" in words else len(words)
+    a = parser().parse_args(words[:after])
+    a.args = words[after + 1 :]
+    if a.all_namespaces:
+        fail(f"-A/--all-namespaces does not apply to {a.command}: it names one job, in one namespace (-n NAMESPACE)")
+    if a.output and a.command not in OUTPUTS:
+        fail(f"-o/--output applies to {', '.join(OUTPUTS)} (with --dry-run), not to {a.command}")
+    if a.args and a.command != "run":
+        fail(f"{a.command} takes nothing after --, got {' '.join(a.args)!r}")
+    return a
 
 
 COMMANDS = {"watch": cmd_watch, "logs": cmd_logs, "history": cmd_history, "why": cmd_why}
 
 
 def main(argv: list[str] | None = None) -> int:
-    words = list(sys.argv[1:] if argv is None else argv)
-    after = words.index("--") if "--" in words else len(words)
-    a = parser().parse_args(words[:after])
-    a.args = words[after + 1 :]
+    a = parse(list(sys.argv[1:] if argv is None else argv))
     try:
         if a.command == "run":
             return cmd_run(None if a.dry_run and not (a.namespace or a.kubeconfig) else Kube(a), a)
