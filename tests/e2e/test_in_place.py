@@ -1,6 +1,6 @@
 """runPolicy.restartStrategy: InPlace on the local node, real torchrun groups: a killed trainer process is restarted
 inside the running pods by torchrun's agents (no pod deleted or created), counted against backoffLimit, and kept in
-status.recoveries; a trainer that always fails ends Failed at backoffLimit with its in-place restarts counted."""
+status.recoveries; a trainer that always fails ends Failed once the operator's count passes backoffLimit."""
 
 from __future__ import annotations
 
@@ -29,14 +29,20 @@ def test_a_killed_trainer_process_restarts_in_place_with_the_same_pods_and_is_co
     victim = find_worker_process(localnode.CLUSTER_DIR, pods(cluster, namespace, "digits"), replica="1")
     assert victim, "no trainer worker process found under digits-worker-1"
     os.kill(victim.pid, signal.SIGKILL)
-    counted = wait_until(lambda: (s := job_status(cluster, namespace, "digits")).get("restarts") == 1 and s,
+    # Issue 35 item 4: seen while the job runs, from worker 1's own agent (worker 0's agent counted nothing: to it
+    # the restart was a membership change), not at the end from the termination records.
+    counted = wait_until(lambda: (s := job_status(cluster, namespace, "digits")).get("restarts") == 1 and s
+                         or s.get("phase") == "Succeeded" and s,
                          timeout=JOB_TIMEOUT, interval=0.5, what="the in-place restart counted")
+    assert counted["phase"] == "Running" and counted["restarts"] == 1, counted
     assert counted["attempt"] == 0, "no new attempt: the group re-formed inside its pods"
+    assert "RestartedInPlace" in [e["reason"] for e in _events(cluster, namespace, "digits")]
+    assert [r["how"] for r in counted["recoveries"]] == ["InPlace"], counted
     status = run_to_end(cluster, namespace)
     assert status["phase"] == "Succeeded", status
     assert _uids(cluster, namespace, "digits") == before, "the same three pods, never deleted or created"
     assert (status["restarts"], status["platformRestarts"], status["attempt"]) == (1, 0, 0), status
-    assert status["inPlace"] == {"attempt": 0, "restarts": 1}
+    assert (status["inPlace"]["attempt"], status["inPlace"]["restarts"]) == (0, 1), status["inPlace"]
     (entry,) = status["recoveries"]
     assert entry["how"] == "InPlace" and entry["attempt"] == 0, entry
     trainer = parse_trainer_log(worker0_log(cluster, namespace))
@@ -56,10 +62,15 @@ def test_a_trainer_that_always_fails_in_place_ends_failed_at_backoff_limit_with_
     apply_job(cluster, namespace, job)
     status = run_to_end(cluster, namespace, job="bad")
     assert status["phase"] == "Failed" and status["reason"] == "BackoffLimitExceeded", status
-    assert status["restarts"] == 2, "both in-place restarts torchrun did were counted against backoffLimit 2"
-    assert status["attempt"] == 0, "torchrun's restarts were the budget: no group was recreated on top"
-    assert status["lastFailure"]["exitCode"] == 3, status["lastFailure"]
-    assert len(pods(cluster, namespace, "bad")) == 1
+    # The operator's count decides (issue 35 item 3): torchrun's own limit is above the job's budgets, so the job
+    # fails at the first read of the pod's agent past backoffLimit 2. A crash loop restarts faster than the
+    # agents are read, so the count can pass the limit by the restarts of one read interval.
+    assert status["restarts"] > 2, status
+    assert status["attempt"] == 0, "restarted in place only: no group was recreated"
+    last = status["lastFailure"]
+    assert last.get("reason") == "RestartedInPlace" or last.get("exitCode") == 3, last
+    wait_until(lambda: all((p.get("status") or {}).get("phase") != "Running" or p["metadata"].get("deletionTimestamp")
+                           for p in pods(cluster, namespace, "bad")), timeout=60, what="the crash loop stopped")
 
 
 def _events(cluster, namespace: str, name: str) -> list[dict]:

@@ -38,11 +38,13 @@ def env_of(pod) -> dict[str, str]:
 
 @pytest.mark.parametrize("strategy, backoff, restarts, want", [
     ("Recreate", 3, 0, 0),  # any failed process ends its pod
-    ("InPlace", 3, 0, 3),  # torchrun's limit is the job's budget...
-    ("InPlace", 3, 2, 1),  # ...what is left of it when the pod is made
-    ("InPlace", 3, 5, 0),
+    # InPlace: what is left of backoffLimit, the whole platformFailureLimit (20: a peer's loss fails an agent's
+    # workers too) and one for a replacement's join. The operator's own count decides (issue 35 item 3).
+    ("InPlace", 3, 0, 3 + 20 + 1),
+    ("InPlace", 3, 2, 1 + 20 + 1),
+    ("InPlace", 3, 5, 0 + 20 + 1),
 ])
-def test_torchruns_limit_is_what_is_left_of_backoff_limit(strategy, backoff, restarts, want):
+def test_torchruns_limit_never_ends_a_pod_before_the_jobs_budgets(strategy, backoff, restarts, want):
     job = make_job("a").backoff_limit(backoff)
     job._run()["restartStrategy"] = strategy
     spec = parse_spec(job.build()["spec"])
@@ -53,7 +55,7 @@ def test_torchruns_limit_is_what_is_left_of_backoff_limit(strategy, backoff, res
 def test_new_pods_get_the_budget_left_as_their_limit():
     job = in_place(make_job("a").replicas(2).backoff_limit(3)).running(attempt=1, restarts=2).status(launchedAttempt=0)
     plan = plan_with(job, [])
-    assert [env_of(p)["PET_MAX_RESTARTS"] for p in plan.create_pods] == ["1", "1"]
+    assert [env_of(p)["PET_MAX_RESTARTS"] for p in plan.create_pods] == ["22", "22"]  # 1 left + 20 + 1
 
 
 def test_worker_0s_count_is_taken_in_once_as_restarts_with_an_event_and_a_recovery_entry():
@@ -173,7 +175,7 @@ def test_a_lost_pod_is_replaced_alone_and_the_others_are_left_running():
     (new,) = plan.create_pods
     assert (new["metadata"]["name"], new["metadata"]["labels"]["ddpjob.dev/restart-attempt"]) == ("a-worker-1", "0")
     assert env_of(new)["PET_RDZV_ID"] == "uid-1-0" and env_of(new)["PET_RDZV_ENDPOINT"].startswith("a-worker-0.a.")
-    assert env_of(new)["PET_MAX_RESTARTS"] == "2", "what is left of backoffLimit 3"
+    assert env_of(new)["PET_MAX_RESTARTS"] == "23", "what is left of backoffLimit 3, + platformFailureLimit + 1"
     # All three run again: the replacement is over and its recovery closed.
     fresh = make_pod("a", 1).build()
     fresh["metadata"]["uid"] = "pod-1-0-new"

@@ -88,9 +88,9 @@ def test_a_trickling_endpoint_does_not_delay_another_jobs_scrape(serve):
     async def run() -> None:
         scraper = ProgressScraper(interval_seconds=10, timeout_seconds=5, concurrency=2,
                                   on_answer=lambda key: answered.append(key))
-        slow = asyncio.create_task(scraper._scrape(("ns", "a"), trickle, 0))
+        slow = asyncio.create_task(scraper._scrape(("ns", "a"), trickle, {}, 0))
         await asyncio.sleep(0.3)  # A's scrape is in flight, trickling
-        await asyncio.wait_for(scraper._scrape(("ns", "b"), healthy, 0), timeout=30)
+        await asyncio.wait_for(scraper._scrape(("ns", "b"), healthy, {}, 0), timeout=30)
         assert answered == [("ns", "b")] and not slow.done(), "B answered while A's scrape was still held"
         await asyncio.wait_for(slow, timeout=30)  # and A's ends on its own deadline, with nothing recorded
         assert answered == [("ns", "b")]

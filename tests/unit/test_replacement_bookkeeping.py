@@ -203,3 +203,100 @@ def test_the_join_window_belongs_to_its_attempt(name, in_place_seen, scraped_at,
     s = plan.status
     assert (s.get("restarts", 0), "ReplacementJoined" in [e.reason for e in plan.events]) == (
         want_restarts, want_joined), name
+
+
+# --- items 3 and 4: every pod's agent is read, and the operator's count decides ------------------------------------
+def agents(**counts):
+    """pod uid (pod-<index>-<attempt>) -> its agent's count, as the scraper hands them to the planner."""
+    return {f"pod-{k[1:]}-0": v for k, v in counts.items()}
+
+
+def plan_in_place(job, pods, agent_counts, progress=None, now=NOW):
+    obs = dataclasses.replace(observe(job.build(), pods, now=now), progress=progress, agent_restarts=agent_counts)
+    return plan_reconcile(obs, SETTINGS)
+
+
+@pytest.mark.parametrize("name, counts, worker0, want", [
+    ("make demo: worker-1's trainer killed; worker 0's agent counted nothing (a membership change is free)",
+     agents(p0=0, p1=1), 0, 1),
+    ("a peer's loss made every agent count: one group restart", agents(p0=1, p1=1, p2=1), 1, 1),
+    ("one agent restarted twice between two reads", agents(p0=0, p1=2), 0, 2),
+    ("nothing new", agents(p0=0, p1=0), 0, 0),
+])
+def test_in_place_restarts_are_read_from_every_pods_agent(name, counts, worker0, want):
+    job = in_place(make_job("a").replicas(3).backoff_limit(5)).running()
+    plan = plan_in_place(job, running_pods("a", 3), counts, {"step": 40, "inPlaceRestarts": worker0,
+                                                             "updateTime": ago(1)})
+    s = plan.status or job.obj["status"]
+    assert s.get("restarts", 0) == want, name
+    assert ("RestartedInPlace" in [e.reason for e in plan.events]) == (want > 0), name
+    if want:
+        assert s["recoveries"][-1]["how"] == "InPlace" and s["inPlace"]["pods"] == counts, name
+        job.obj["status"] = s  # the same counts read again: nothing more
+        again = plan_in_place(job, running_pods("a", 3), counts)
+        assert (again.status or s)["restarts"] == want and "RestartedInPlace" not in [e.reason for e in again.events]
+
+
+def test_a_replaced_pods_agent_starts_again_from_zero():
+    job = in_place(make_job("a").replicas(2).backoff_limit(5)).running(restarts=2)
+    job.status(inPlace={"attempt": 0, "restarts": 2, "pods": {"pod-0-0": 0, "pod-1-0": 2}, "agentTotal": 2})
+    new = make_pod("a", 1).build()
+    new["metadata"]["uid"] = "pod-1-new"
+    plan = plan_in_place(job, [make_pod("a", 0).build(), new], {"pod-0-0": 0, "pod-1-new": 1})
+    s = plan.status
+    assert s["restarts"] == 3 and s["inPlace"]["pods"] == {"pod-0-0": 0, "pod-1-new": 1}, "the old uid is dropped"
+
+
+def test_the_operators_count_decides_when_the_budget_is_spent():
+    """Issue 35 item 3: torchrun's own limit is now above the job's budgets; a restart past backoffLimit, seen on
+    any pod's agent, fails the job at once."""
+    job = in_place(make_job("a").replicas(2).backoff_limit(1)).running(restarts=1)
+    job.status(inPlace={"attempt": 0, "restarts": 1, "pods": {"pod-0-0": 0, "pod-1-0": 1}, "agentTotal": 1},
+               lastFailure={"pod": "a-worker-1", "kind": "ExitCode", "time": ago(60)})
+    plan = plan_in_place(job, running_pods("a", 2), agents(p0=0, p1=2))
+    s = plan.status
+    assert (s["phase"], s["reason"], s["restarts"]) == ("Failed", "BackoffLimitExceeded", 2)
+    assert s["lastFailure"]["reason"] == "RestartedInPlace"
+
+
+def test_after_a_healthy_stretch_an_in_place_restart_starts_the_budget_over():
+    job = in_place(make_job("a").replicas(2).backoff_limit(1)).running(restarts=1)
+    job.obj["status"]["conditions"][0]["lastTransitionTime"] = ago(7200)
+    job.status(progress={"attempt": 0, "step": 900, "advanceTime": ago(5)})
+    plan = plan_in_place(job, running_pods("a", 2), agents(p0=0, p1=1))
+    s = plan.status
+    assert (s["phase"], s["restarts"]) == ("Running", 1)
+
+
+def test_a_replacement_absorbs_the_survivors_restart_for_the_loss():
+    job = in_place(make_job("a").replicas(3).backoff_limit(5)).running()
+    lost = make_pod("a", 2).failed(137, signal=9).build()
+    pods = [make_pod("a", 0).build(), make_pod("a", 1).build(), lost]
+    s = plan_in_place(job, pods, agents(p0=0, p1=0)).status
+    assert (s["restarts"], s["replacing"]) == (1, {"2": "pod-2-0"})
+    job.obj["status"] = s
+    # The survivors' agents each counted the loss: already charged to the replacement.
+    after = plan_in_place(job, pods, agents(p0=1, p1=1))
+    assert (after.status or s)["restarts"] == 1 and "RestartedInPlace" not in [e.reason for e in after.events]
+
+
+@pytest.mark.parametrize("name, strategy, phase, want", [
+    ("InPlace, Running: every running pod's agent", "InPlace", "Running", {"a-worker-0", "a-worker-1"}),
+    ("Recreate: none", "Recreate", "Running", set()),
+    ("not Running: none", "InPlace", "Restarting", set()),
+])
+def test_agent_urls(name, strategy, phase, want):
+    from ddpjob_operator import api
+    from ddpjob_operator.progress import agent_urls
+
+    job = make_job("a").replicas(3)
+    job._run()["restartStrategy"] = strategy
+    job.running().status(phase=phase)
+    pods = running_pods("a", 3)
+    for i, pod in enumerate(pods):
+        pod["status"]["podIP"] = f"10.0.0.{i}"
+    pods[2]["status"]["phase"] = "Pending"
+    urls = agent_urls(observe(job.build(), pods))
+    assert {p["metadata"]["name"] for p in pods if p["metadata"]["uid"] in urls} == want, name
+    if want:
+        assert urls["pod-0-0"] == f"http://10.0.0.0:{api.AGENT_METRICS_PORT}/metrics"

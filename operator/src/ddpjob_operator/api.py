@@ -21,6 +21,11 @@ TRAINER_CONTAINER = "trainer"
 GPU_RESOURCE = "nvidia.com/gpu"
 RENDEZVOUS_PORT_NAME = "rendezvous"
 METRICS_PORT_NAME = "metrics"
+# restartStrategy InPlace: each pod's torchrun agent (the image's entrypoint, ddp_trainer.torchrun) serves its
+# in-place restart count here (in_place.py reads every pod's): below the trainer's 9400 + local rank.
+AGENT_METRICS_PORT = 9399
+AGENT_METRICS_PORT_ENV = "DDPJOB_AGENT_METRICS_PORT"
+AGENT_RESTARTS_SERIES = "ddpjob_agent_restarts"
 TERMINATION_LOG = "/dev/termination-log"
 # A memory-backed emptyDir over the container's 64 MiB /dev/shm: NCCL's shared-memory transport between the ranks
 # of one pod, and DataLoader workers handing batches to their rank, both live there.

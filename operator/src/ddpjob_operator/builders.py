@@ -101,7 +101,12 @@ def build_network_policy(job: JobRef) -> dict[str, Any]:
             "policyTypes": ["Ingress"],
             "ingress": [
                 {"from": [{"podSelector": {"matchLabels": workers}}]},
-                {"ports": [{"protocol": "TCP", "port": TRAINER_METRICS_PORTS[0], "endPort": TRAINER_METRICS_PORTS[1]}]},
+                {
+                    "ports": [
+                        {"protocol": "TCP", "port": TRAINER_METRICS_PORTS[0], "endPort": TRAINER_METRICS_PORTS[1]},
+                        {"protocol": "TCP", "port": api.AGENT_METRICS_PORT},  # InPlace: the agents' restart counts
+                    ]
+                },
             ],
         },
     }

@@ -13,11 +13,12 @@ a second one: when it is spent the pod fails, and the failure policy finds the b
 from __future__ import annotations
 
 from datetime import datetime, timedelta
+from typing import Any, cast
 
-from . import recoveries
+from . import failure_class, recoveries
 from .plan import Observed, Plan
 from .spec import IN_PLACE, JobSpec
-from .status import JobStatus
+from .status import InPlace, JobStatus
 from .timefmt import format_time, parse_time
 
 # After a replacement pod runs, its agent joins the survivors' rendezvous and they restart their workers to take
@@ -34,10 +35,19 @@ JOINED = "torchrun restarted the workers to take the replacement pod into the gr
 def expect_join(status: JobStatus, now: datetime) -> None:
     """The replacement runs: open the window in which one reported restart is its join (replace_pod.done)."""
     status["inPlace"] = {
+        **agents_seen(status),  # type: ignore[typeddict-item]
         "attempt": status["attempt"],
         "restarts": counted(status),
         "joinUntil": format_time(now + JOIN_WINDOW),
     }
+
+
+def agents_seen(status: JobStatus) -> dict[str, Any]:
+    """The agents' counts already recorded for the current attempt (agent_record), to carry into a new record."""
+    seen: dict[str, Any] = dict(status.get("inPlace") or {})
+    if seen.get("attempt") != status.get("attempt"):
+        return {}
+    return {k: seen[k] for k in ("pods", "agentTotal") if k in seen}
 
 
 def counted(status: JobStatus) -> int:
@@ -74,6 +84,28 @@ def _window_open(obs: Observed, join_until: datetime, new: int) -> bool:
     return new > 0 or scraped_at <= join_until
 
 
+def agent_record(obs: Observed, status: JobStatus) -> dict[str, Any]:
+    """The agents' side of status.inPlace after this pass's read: `pods` (uid -> the count last seen) and
+    `agentTotal`, the group restarts they showed so far in the attempt. One failure can make several agents count
+    (a peer's loss fails their workers too), and one agent can count several failures between two reads: a read
+    adds the largest increase of any one pod, not their sum."""
+    seen = status.get("inPlace") or {}
+    same = seen.get("attempt") == status.get("attempt")
+    pods: dict[str, int] = dict(seen.get("pods") or {}) if same else {}
+    total = int(seen.get("agentTotal", 0)) if same else 0
+    counts = obs.agent_restarts
+    if counts:
+        total += max((max(0, n - pods.get(uid, 0)) for uid, n in counts.items()), default=0)
+        live = {p["metadata"].get("uid") for p in obs.pods}
+        pods = {uid: n for uid, n in {**pods, **counts}.items() if uid in live}
+    out: dict[str, Any] = {}
+    if pods:
+        out["pods"] = pods
+    if total:
+        out["agentTotal"] = total
+    return out
+
+
 def take_in(
     obs: Observed,
     spec: JobSpec,
@@ -84,26 +116,40 @@ def take_in(
 ) -> int:
     """Count in-place restarts not yet counted into status.restarts (a Warning event and a recovery entry each
     time); how many were new. `ended`: what the termination records of the attempt's ended pods say; `scraped`:
-    False leaves worker 0's scrape out (a pod lost in this pass: the survivors' restart for it is the
+    False leaves this pass's reads out (a pod lost in this pass: the survivors' restart for it is the
     replacement's, replace_pod.replace)."""
     if spec.run_policy.restart_strategy != IN_PLACE:
         return 0
     before = counted(status)
-    new = reported(obs, ended or [], scraped) - before
+    agents = agent_record(obs, status) if scraped else {}
+    new = max(reported(obs, ended or [], scraped), agents.get("agentTotal", 0)) - before
     join_until = join_window(status)
+
+    def record(restarts: int) -> None:
+        status["inPlace"] = cast(InPlace, {"attempt": status["attempt"], "restarts": restarts, **agents})
+
     if (status.get("inPlace") or {}).get("joinUntil") and join_until is None:
-        status["inPlace"] = {"attempt": status["attempt"], "restarts": before}  # an earlier attempt's window
+        record(before)  # an earlier attempt's window
     window_open = join_until is not None and _window_open(obs, join_until, new)
     if join_until is not None and (new > 0 or not window_open):
-        status["inPlace"] = {"attempt": status["attempt"], "restarts": before}  # the window is used or over
+        record(before)  # the window is used or over
         if new > 0 and window_open:
             before, new = before + 1, new - 1
-            status["inPlace"]["restarts"] = before
+            record(before)
             plan.event("Normal", "ReplacementJoined", JOINED)
+    if new > 0:
+        _, was_reset = failure_class.counts_before(status, obs.now, spec.run_policy.healthy_reset_seconds)
+        if was_reset:  # a healthy stretch ended: both budgets start over, as for any other failure
+            status.update({"restarts": 0, "platformRestarts": 0})
     if new <= 0:
+        if agents and {k: v for k, v in (status.get("inPlace") or {}).items() if k in agents} != agents:
+            if join_until is None or not window_open:
+                record(before)  # the agents' counts moved, all of it already counted
+            else:
+                status["inPlace"] = cast(InPlace, {**(status.get("inPlace") or {}), **agents})
         return 0
     status["restarts"] = status.get("restarts", 0) + new
-    status["inPlace"] = {"attempt": status["attempt"], "restarts": before + new}
+    record(before + new)
     limit = spec.run_policy.backoff_limit
     message = (
         f"trainer processes restarted in place by torchrun ({before + new} in attempt {status['attempt']}); "

@@ -45,6 +45,9 @@ class Observed:
     progress: dict[str, Any] | None = None  # worker 0's latest answer (step, loss, ..., updateTime)
     progress_since: datetime | None = None  # when this operator process began reading worker 0 of this attempt
     scrapes_current: bool = True  # this process has been scraping worker 0 lately (False: it is overloaded)
+    # restartStrategy InPlace: each pod's torchrun agent's in-place restart count, as last read
+    # from its endpoint, by pod uid (progress.agent_urls); pods not read yet are absent.
+    agent_restarts: dict[str, int] = field(default_factory=dict)
     network_policy_exists: bool = True  # only read when spec.networkPolicy asks for one
     gang: bool = False  # the cluster serves PodGroups and the operator uses them (gang.py)
     # The scheduler showed it does not gang-schedule (gang_discovery.py): why, in a sentence; "" otherwise.

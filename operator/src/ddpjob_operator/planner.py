@@ -64,7 +64,7 @@ from .placement_steps import running as is_running
 from .plan import Observed, Plan
 from .pod_sort import SortedPods, sort_pods
 from .restart_policy import RESTART, RestartBudget, RestartDecision, backoff_seconds, decide_restart
-from .spec import JobSpec, parse_spec
+from .spec import IN_PLACE, JobSpec, parse_spec
 from .status import JobStatus, LastFailure, status_of
 from .timefmt import format_time, parse_time
 
@@ -416,7 +416,7 @@ def _failure_policy(
         # pod takes in only what ended pods' records say, not worker 0's scrape, for the same reason.
         in_place.take_in(obs, spec, status, plan, [f.in_place_restarts for f in found], scraped=not found)
     if not found:
-        return None
+        return _in_place_budget_spent(obs, spec, status, plan)
     settling = failures.deletion_settling(found, obs.now)
     if settling is not None:
         plan.requeue(settling)  # the job's or the namespace's own deletion may be about to show: decide nothing
@@ -488,6 +488,28 @@ def _failure_policy(
     plan.event(WARNING, "Restarting", message)
     plan.observe("group_restarts", reason=decision.reason)
     plan.requeue(0)
+    return out
+
+
+def _in_place_budget_spent(obs: Observed, spec: JobSpec, status: JobStatus, plan: Plan) -> JobStatus | None:
+    """InPlace: the operator's count decides, not torchrun's (rendezvous.max_restarts): restarts in place past
+    backoffLimit fail the job (after a healthy stretch in_place.take_in reset them first: failure_class.py)."""
+    limit = spec.run_policy.backoff_limit
+    if spec.run_policy.restart_strategy != IN_PLACE or status.get("restarts", 0) <= limit:
+        return None
+    message = (
+        f"trainer processes restarted in place {status['restarts']} times; backoffLimit {limit} reached after "
+        f"{limit} restarts"
+    )
+    out = _fail(obs, status, plan, "BackoffLimitExceeded", message)
+    out["lastFailure"] = {
+        "pod": api.worker_name(ref_name(obs), 0),
+        "kind": failures.UNKNOWN,
+        "failureClass": failure_class.TRAINER,
+        "reason": "RestartedInPlace",
+        "message": message,
+        "time": format_time(obs.now),
+    }
     return out
 
 

@@ -16,7 +16,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from . import api
 from .metrics_fetch import DEADLINE_SECONDS, fetch_metrics
 from .plan import Observed
-from .spec import TORCHFT, trainer_container
+from .spec import IN_PLACE, TORCHFT, trainer_container
 from .timefmt import format_time, utcnow
 
 log = logging.getLogger("ddpjob.progress")
@@ -62,6 +62,32 @@ def metrics_url(obs: Observed) -> str | None:
         if url is not None:
             candidates.append((int(index), url))
     return min(candidates)[1] if candidates else None
+
+
+def agent_urls(obs: Observed) -> dict[str, str]:
+    """restartStrategy InPlace, while the job is Running: every running pod's torchrun agent endpoint (pod uid ->
+    URL), which serves the agent's in-place restart count whether or not the trainer serves metrics."""
+    status = obs.job.get("status") or {}
+    run_policy = (obs.job.get("spec") or {}).get("runPolicy") or {}
+    if status.get("phase") != "Running" or run_policy.get("restartStrategy") != IN_PLACE:
+        return {}
+    attempt = str(status.get("attempt", 0))
+    urls = {}
+    for pod in obs.pods:
+        ip = (pod.get("status") or {}).get("podIP")
+        if pod["metadata"].get("labels", {}).get(api.LABEL_ATTEMPT) != attempt or not ip:
+            continue
+        if (pod.get("status") or {}).get("phase") == "Running" and not pod["metadata"].get("deletionTimestamp"):
+            urls[pod["metadata"]["uid"]] = f"http://{ip}:{api.AGENT_METRICS_PORT}/metrics"
+    return urls
+
+
+def parse_agent_restarts(text: str) -> int | None:
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == api.AGENT_RESTARTS_SERIES and math.isfinite(sample.value) and sample.value >= 0:
+                return int(sample.value)
+    return None
 
 
 def _live(pod: dict[str, Any], obs: Observed, replaced: set[str]) -> bool:
@@ -128,6 +154,7 @@ class ProgressScraper:
         self._in_flight: set[Key] = set()
         self._latest: dict[Key, tuple[int, dict[str, Any]]] = {}  # attempt, values + updateTime
         self._since: dict[Key, tuple[int, datetime]] = {}  # attempt, when this process began reading it
+        self._agents: dict[Key, tuple[int, dict[str, int]]] = {}  # attempt, pod uid -> its agent's restarts
 
     def current(self, key: Key) -> bool:
         """Whether this process has been scraping the job lately: a scrape finished within a few intervals (or
@@ -142,12 +169,14 @@ class ProgressScraper:
         self._last_done.pop(key, None)
         self._latest.pop(key, None)
         self._since.pop(key, None)
+        self._agents.pop(key, None)
 
     def observe(self, key: Key, obs: Observed) -> tuple[dict[str, Any] | None, datetime | None]:
         """(worker 0's latest answer for the current attempt, when this process began reading that attempt);
         starts a scrape in the background when one is due."""
         url = metrics_url(obs)
-        if url is None:
+        agents = agent_urls(obs)
+        if url is None and not agents:
             return None, None
         attempt = int((obs.job.get("status") or {}).get("attempt", 0))
         if self._since.get(key, (None,))[0] != attempt:
@@ -161,25 +190,52 @@ class ProgressScraper:
         if due and key not in self._in_flight:
             self._last_try[key] = time.monotonic()
             self._in_flight.add(key)
-            asyncio.get_running_loop().create_task(self._scrape(key, url, attempt), name=f"ddpjob-progress-{key}")
+            asyncio.get_running_loop().create_task(
+                self._scrape(key, url, agents, attempt), name=f"ddpjob-progress-{key}"
+            )
         latest = self._latest.get(key)
         return (latest[1] if latest and latest[0] == attempt else None), self._since[key][1]
 
-    async def _scrape(self, key: Key, url: str, attempt: int) -> None:
+    def agent_restarts(self, key: Key, attempt: int) -> dict[str, int]:
+        """The agents' in-place restart counts last read for this attempt (pod uid -> count)."""
+        found = self._agents.get(key)
+        return dict(found[1]) if found and found[0] == attempt else {}
+
+    async def _scrape(self, key: Key, url: str | None, agents: dict[str, str], attempt: int) -> None:
+        loop = asyncio.get_running_loop()
+        values: dict[str, Any] = {}
         try:
             # Fetched and parsed on the scrape pool, never on the event loop: the page is user-supplied text.
-            values = await asyncio.get_running_loop().run_in_executor(self._pool, self._fetch, url)
-        except (OSError, ValueError) as exc:  # silent: starting, stopped, or a simulated node; not a verdict
-            log.debug("no progress from %s: %s", url, exc)
-            return
+            reads = [loop.run_in_executor(self._pool, self._fetch_agent, a) for a in agents.values()]
+            if url is not None:
+                try:
+                    values = await loop.run_in_executor(self._pool, self._fetch, url)
+                except (OSError, ValueError) as exc:  # silent: starting, stopped, or a simulated node; no verdict
+                    log.debug("no progress from %s: %s", url, exc)
+            counts = await asyncio.gather(*reads)
         finally:
             self._in_flight.discard(key)
             self._last_done[key] = time.monotonic()
+        news = False
+        seen = {name: n for name, n in zip(agents, counts, strict=True) if n is not None}
+        if seen:
+            before = self.agent_restarts(key, attempt)
+            news = any(before.get(name) != n for name, n in seen.items())
+            self._agents[key] = (attempt, {**before, **seen})
         if values:
             self._latest[key] = (attempt, {**values, "updateTime": format_time(utcnow())})
-            if self.on_answer is not None:
-                self.on_answer(key)
+            news = True
+        if news and self.on_answer is not None:
+            self.on_answer(key)
 
     def _fetch(self, url: str) -> dict[str, Any]:
         """One bounded scrape (metrics_fetch.py: total deadline, byte cap, no redirect, no proxy), parsed here."""
         return parse_progress(fetch_metrics(url, self.timeout))
+
+    def _fetch_agent(self, url: str) -> int | None:
+        """An agent's count, or None when it does not answer (starting, or an image without the endpoint)."""
+        try:
+            return parse_agent_restarts(fetch_metrics(url, self.timeout))
+        except (OSError, ValueError) as exc:
+            log.debug("no agent count from %s: %s", url, exc)
+            return None

@@ -7,7 +7,7 @@ from . import conditions as c
 from . import status_writes
 from .no_progress import progress_after_scrape
 from .plan import Observed, Plan
-from .progress import metrics_url
+from .progress import agent_urls, metrics_url
 from .status import JobStatus, Progress
 from .timefmt import parse_time
 
@@ -22,8 +22,8 @@ def take_progress(
     write_max_seconds: float,
     deadline: int | None,
 ) -> None:
-    if metrics_url(obs) is not None:
-        plan.requeue(scrape_seconds)
+    if metrics_url(obs) is not None or agent_urls(obs):
+        plan.requeue(scrape_seconds)  # worker 0's progress, and under InPlace every pod's agent (in_place.py)
     progress = progress_after_scrape(status.get("progress"), obs.progress, status["attempt"], obs.now)
     if progress is None:
         return

@@ -70,11 +70,15 @@ def nnodes(spec: JobSpec, size: int | None = None) -> str:
 
 
 def max_restarts(spec: JobSpec, restarts: int) -> int:
-    """torchrun's --max-restarts. InPlace: what is left of backoffLimit when the pod is made, so that torchrun's
-    counter is the job's budget, never a second one (in_place.py counts its restarts into status.restarts).
+    """torchrun's --max-restarts. InPlace: what is left of backoffLimit when the pod is made, plus the whole
+    platformFailureLimit and one for a replacement's join. An agent counts every failure of its own workers, and a
+    peer pod's loss (an eviction, a deleted pod, a lost node) fails them too, so an agent limited to backoffLimit
+    would end its pod after a run of platform losses the job's budgets allow. The operator's own count decides:
+    it reads every pod's agent (in_place.py) and fails the job once the trainer's restarts pass backoffLimit;
+    torchrun's limit is only the backstop for an agent the operator cannot read.
     Recreate: elastic.maxRestarts (deprecated), else 0: any failed process ends its pod."""
     if spec.run_policy.restart_strategy == IN_PLACE:
-        return max(0, spec.run_policy.backoff_limit - restarts)
+        return max(0, spec.run_policy.backoff_limit - restarts) + spec.run_policy.platform_failure_limit + 1
     return spec.elastic.max_restarts if spec.elastic else 0
 
 
@@ -125,6 +129,8 @@ def rendezvous_env(
         "MASTER_PORT": str(port),
         **_job_env(job, namespace, spec, index, attempt, restarts),
     }
+    if spec.run_policy.restart_strategy == IN_PLACE:
+        plain[api.AGENT_METRICS_PORT_ENV] = str(api.AGENT_METRICS_PORT)  # in_place.py reads every pod's agent
     return _with_pod_ip(plain)
 
 

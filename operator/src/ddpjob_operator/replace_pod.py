@@ -149,7 +149,11 @@ def replace(
     else:
         # The survivors' agents restart their workers for this loss too (their collectives failed with the peer),
         # and worker 0 reports that restart: it is this failure's, already counted.
-        status["inPlace"] = {"attempt": status["attempt"], "restarts": in_place.counted(status) + 1}
+        status["inPlace"] = {
+            **in_place.agents_seen(status),  # type: ignore[typeddict-item]
+            "attempt": status["attempt"],
+            "restarts": in_place.counted(status) + 1,
+        }
         plan.event(
             "Warning",
             "ReplacingPod",

@@ -50,6 +50,8 @@ class InPlace(TypedDict, total=False):
     attempt: int
     restarts: int
     joinUntil: str  # in_place.JOIN_WINDOW: until when one reported restart is a replacement's join
+    pods: dict[str, int]  # in_place.agent_record: each pod's agent's count last read (pod uid -> count)...
+    agentTotal: int  # ...and the group restarts the agents showed in the attempt
 
 
 class Recovery(TypedDict, total=False):

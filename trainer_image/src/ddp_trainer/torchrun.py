@@ -17,6 +17,11 @@ When torchrun's agent gives up after restarting its workers in place (`--max-res
 restart strategy), the error file also says how many times it did (`ddpjobInPlaceRestarts`): the operator counts
 them against the job's budget even when no trainer metric told it of them.
 
+While torchrun runs, it serves the agent's in-place restart count on `DDPJOB_AGENT_METRICS_PORT`
+(`ddpjob_agent_restarts`) when the operator sets that port (restartStrategy InPlace): torchrun counts only its own
+workers' failures, so the operator reads every pod's agent, not only worker 0's trainer, and a script of the
+user's own that serves no metrics is counted while it runs too.
+
 It also hands the pod's termination-log path to the workers (final_step.TERMINATION_LOG_ENV; torchrun points
 their TORCHELASTIC_ERROR_FILE at files of its own), so that worker 0 can leave its final step there on success."""
 
@@ -29,8 +34,13 @@ import shutil
 import sys
 import tempfile
 import time
+from collections.abc import Iterator, Mapping
 from pathlib import Path
+from typing import Any
 
+from prometheus_client import CollectorRegistry, start_http_server
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
 from torch.distributed import run as torch_run
 from torch.distributed.elastic.multiprocessing.errors import ChildFailedError, ProcessFailure
 
@@ -57,6 +67,7 @@ def main(argv: list[str] | None = None) -> None:
     log_dir = Path(chosen.log_dir or own_log_dir or "")
     if os.environ.get(ERROR_FILE_ENV):
         os.environ.setdefault(TERMINATION_LOG_ENV, os.environ[ERROR_FILE_ENV])
+    agent_endpoint = serve_agent_restarts(log_dir, os.environ)
     try:
         torch_run.main(args)
         record_in_place_restarts(log_dir, os.environ.get(ERROR_FILE_ENV, ""), create=True)
@@ -67,8 +78,45 @@ def main(argv: list[str] | None = None) -> None:
         record_in_place_restarts(log_dir, error_file)
         raise
     finally:
+        if agent_endpoint is not None:
+            agent_endpoint.shutdown()
+            agent_endpoint.server_close()
         if own_log_dir:
             shutil.rmtree(own_log_dir, ignore_errors=True)
+
+
+AGENT_PORT_ENV = "DDPJOB_AGENT_METRICS_PORT"  # the operator's api.AGENT_METRICS_PORT_ENV (tests/unit/test_contract.py)
+AGENT_RESTARTS_SERIES = "ddpjob_agent_restarts"
+
+
+class AgentRestarts(Collector):
+    """The agent's in-place restart count, read from torchrun's log folders at each scrape."""
+
+    def __init__(self, log_dir: Path):
+        self.log_dir = log_dir
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        yield GaugeMetricFamily(
+            AGENT_RESTARTS_SERIES,
+            "Times this pod's torchrun agent restarted its workers after one of them failed",
+            value=in_place_restarts(self.log_dir),
+        )
+
+
+def serve_agent_restarts(log_dir: Path, environ: Mapping[str, str]) -> Any:
+    """The agent's endpoint (None when no port is set, or it cannot listen: the count then reaches the operator at
+    the pod's end, in its termination record; the training never suffers for it)."""
+    port = environ.get(AGENT_PORT_ENV, "")
+    if not port:
+        return None
+    registry = CollectorRegistry()
+    registry.register(AgentRestarts(log_dir))
+    try:
+        server, _ = start_http_server(int(port), addr=environ.get("POD_IP") or "0.0.0.0", registry=registry)
+    except (OSError, ValueError) as e:
+        print(f"ddp_trainer.torchrun: agent restarts endpoint disabled ({AGENT_PORT_ENV}={port}): {e}", file=sys.stderr)
+        return None
+    return server
 
 
 def record_stderr_tail(failure: ProcessFailure, log_dir: Path, error_file: str) -> bool:
