@@ -100,6 +100,15 @@ def test_an_async_save_returns_once_staged_and_lands_whole_only_when_done(tmp_pa
     assert torch.equal(loaded["w"], torch.arange(1_000_000, dtype=torch.float32)) and loaded["meta"]["step"] == 10
 
 
+def test_the_run_figures_are_asked_for_as_they_were_saved_nested():
+    """DCP keeps flattened keys: asking for "meta.scheduler" found none, and the schedule and shape were never read."""
+    from ddp_trainer.checkpoint_dcp import meta_request
+
+    keys = {"meta.step", "meta.scheduler.peak_lr", "meta.scheduler.anchor_step", "meta.scaler.scale",
+            "meta.not_ours", "model.net.0.weight", "rng.0.torch"}
+    assert meta_request(keys) == {"step": 0, "scheduler": {"peak_lr": 0, "anchor_step": 0}, "scaler": {"scale": 0}}
+
+
 def test_the_format_follows_the_device():
     from ddp_trainer.trainer import checkpoint_format
     cpu, gpu = torch.device("cpu"), torch.device("cuda", 0)

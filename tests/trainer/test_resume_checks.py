@@ -1,9 +1,17 @@
-"""What a checkpoint must share with the run that resumes it, and the per-rank seeds."""
+"""What a checkpoint must share with the run that resumes it (its shape, its model's and optimizer's entries), and
+the per-rank seeds."""
 
 import pytest
 
 from ddp_trainer.preemption import PreemptionFlag, StepVote, Verdict
-from ddp_trainer.resume_checks import CheckpointMismatch, RunShape, check_resumable, differences
+from ddp_trainer.resume_checks import (
+    CheckpointMismatch,
+    RunShape,
+    check_keys,
+    check_resumable,
+    differences,
+    state_keys,
+)
 from ddp_trainer.rng_state import rank_seed
 
 HERE = RunShape(workload="digits", dataset_len=1437, fixed_global_batch=96, batch_size_per_rank=32)
@@ -51,6 +59,40 @@ def test_a_mismatch_is_refused_with_every_difference_and_what_to_do():
         "--model.train-samples). Resuming would continue at a data position and step that mean other samples. Run "
         "with the checkpoint's settings, or start afresh with another --checkpoint.dir")
     check_resumable("/ck/step-000000040.pt", shape(), HERE)
+
+
+MODEL = {"net.0.weight": 0, "net.0.bias": 0}
+ADAMW = {"state": {p: {"step": 0, "exp_avg": 0, "exp_avg_sq": 0} for p in MODEL}, "param_groups": [{"lr": 1e-3}]}
+SGD = {"state": {p: {"momentum_buffer": 0} for p in MODEL}, "param_groups": [{"lr": 1e-3, "momentum": 0.9}]}
+FILE_FORMAT = {"state": {0: {"momentum_buffer": 0}}, "param_groups": []}  # parameter indices, not names
+
+KEY_CASES = [
+    # name, model, optimizer, keys
+    ("model and optimizer entries, named as DCP flattens them", MODEL, SGD,
+     {"model.net.0.weight", "model.net.0.bias", "optim.state.net.0.weight.momentum_buffer",
+      "optim.state.net.0.bias.momentum_buffer"}),
+    ("the file format's optimizer: parameter indices", {}, FILE_FORMAT, {"optim.state.0.momentum_buffer"}),
+    ("no optimizer to compare", MODEL, None, {"model.net.0.weight", "model.net.0.bias"}),
+]
+
+
+@pytest.mark.parametrize("name, model, optimizer, want", KEY_CASES, ids=[c[0] for c in KEY_CASES])
+def test_state_keys(name, model, optimizer, want):
+    assert state_keys(model, optimizer) == want, name
+
+
+def test_a_checkpoint_of_another_optimizer_is_refused_naming_a_few_entries_of_each_side():
+    with pytest.raises(CheckpointMismatch) as e:
+        check_keys("/ck/step-000000060.dcp", state_keys(MODEL, SGD), state_keys(MODEL, ADAMW))
+    assert str(e.value) == (
+        "refusing to resume from /ck/step-000000060.dcp: its entries do not fit this run's model and optimizer: "
+        "missing optim.state.net.0.bias.exp_avg, optim.state.net.0.bias.exp_avg_sq, optim.state.net.0.bias.step, "
+        "optim.state.net.0.weight.exp_avg and 2 more; unexpected optim.state.net.0.bias.momentum_buffer, "
+        "optim.state.net.0.weight.momentum_buffer. Was --train.optimizer or the model changed? Run with the "
+        "checkpoint's settings, or start afresh with another --checkpoint.dir")
+    with pytest.raises(CheckpointMismatch, match="entries do not fit.*: unexpected model.net.1.weight. Was"):
+        check_keys("/ck/step-000000060.pt", state_keys({**MODEL, "net.1.weight": 0}, None), state_keys(MODEL, None))
+    check_keys("/ck/step-000000060.pt", state_keys(MODEL, SGD), state_keys(MODEL, SGD))
 
 
 def test_rank_seeds_never_coincide():

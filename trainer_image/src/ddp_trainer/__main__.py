@@ -9,7 +9,7 @@ import torch.distributed as dist
 from torch.distributed.elastic.multiprocessing.errors import record
 
 from . import exit_codes
-from .checkpoint import CheckpointDiskFull
+from .checkpoint import CheckpointDiskFull, CheckpointUnreadable
 from .config import ConfigError, parse_config
 from .distributed_env import DistEnv, choose_backend, choose_device, init_process_group
 from .fault_tolerance import ReplicaGroupEnv, check_even_split
@@ -56,6 +56,8 @@ def main(argv: list[str] | None = None) -> int:
         trainer.resume()  # before the sized line: the checkpoint holds the micro-batch limit
     except CheckpointMismatch as e:
         return recorded_failure(e, exit_codes.CHECKPOINT_MISMATCH, f"{who.prefix} ERROR {e}")
+    except CheckpointUnreadable as e:
+        return recorded_failure(e, exit_codes.CHECKPOINT_UNREADABLE, f"{who.prefix} ERROR {e}")
     if trainer.talks:
         emit(trainer.sized_line())
         emit(startup_line(who, process_age_seconds(), rendezvous_seconds, trainer.checkpoint_load_seconds))

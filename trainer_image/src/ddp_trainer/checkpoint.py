@@ -1,6 +1,7 @@
 """Checkpoints in one directory shared by all ranks; rank 0 writes. A write is atomic (temp file, fsync, rename,
 fsync of the directory), so a reader sees a whole checkpoint or none; a file that still fails to load (a
-truncated copy, a disk error) is skipped with a warning in favour of the one before it."""
+truncated copy, a disk error) is skipped with a warning in favour of the one before it. When none loads the run
+stops (CheckpointUnreadable) rather than start again at step 0."""
 
 from __future__ import annotations
 
@@ -19,6 +20,18 @@ REQUIRED_KEYS = ("format", "step", "samples", "world_size", "model", "optimizer"
 
 class CheckpointDiskFull(OSError):
     """The checkpoint volume is full. Raised instead of retrying, so the job fails with a clear cause."""
+
+
+class CheckpointUnreadable(RuntimeError):
+    """Checkpoints exist and none of them loads. A run started afresh would write lower steps than theirs, so the
+    pruning would delete its own checkpoints and keep the unreadable ones: every restart would begin at step 0."""
+
+    def __init__(self, directory: Path, names: list[str]):
+        super().__init__(
+            f"no checkpoint in {directory} loads ({', '.join(names)}; the warnings above say why): refusing to "
+            "start again at step 0, which would train over them. Repair or move them, or start afresh with another "
+            "--checkpoint.dir"
+        )
 
 
 def caused_by_full_disk(error: BaseException | None) -> bool:

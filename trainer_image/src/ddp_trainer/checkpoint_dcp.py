@@ -13,7 +13,9 @@ all-reduce, and every rank reads the whole file back on resume. Here:
 Guarantees kept from the `file` format:
 - atomic: a save goes to `.step-<n>.dcp.tmp/`; rank 0 renames it to `step-<n>.dcp/` (and fsyncs the directory)
   only once its save has finished, which for DCP's coordinator is after every rank's writes and the metadata;
-- a checkpoint that fails to load on any rank (a truncated or missing shard) is skipped for the one before it;
+- a checkpoint that fails to load on any rank (a truncated or missing shard, no metadata) is skipped for the one
+  before it, and when none loads the run stops (CheckpointUnreadable) rather than start again at step 0. One whose
+  entries are another model's or optimizer's is not damaged but another run's: the run stops (CheckpointMismatch);
 - a full volume fails the job with exit code 28 and its cause (CheckpointDiskFull);
 - a resume at another world size loads the same state (each rank reads what it needs);
 - the newest `--checkpoint.keep` are kept.
@@ -42,7 +44,6 @@ from .checkpoint import CheckpointDiskFull
 from .fault_tolerance import BATCHES_COMMITTED_KEY
 
 NAME = re.compile(r"^step-(\d{9})\.dcp$")
-METADATA = ".metadata"
 
 
 def stage(state: Any) -> Any:
@@ -115,15 +116,11 @@ class DcpStore:
         return self.directory / f".step-{step:09d}.dcp.tmp"
 
     def list_steps(self) -> list[tuple[int, Path]]:
-        """Complete checkpoints (renamed, with their metadata), oldest first."""
+        """Checkpoints put in place, oldest first. Only a finished save is renamed to its final name, so one
+        without its metadata is damaged (and listed: resuming says so and takes the one before), never unfinished."""
         if not self.directory.is_dir():
             return []
-        found = [
-            (int(m.group(1)), p)
-            for p in self.directory.iterdir()
-            if (m := NAME.match(p.name)) and (p / METADATA).is_file()
-        ]
-        return sorted(found)
+        return sorted((int(m.group(1)), p) for p in self.directory.iterdir() if (m := NAME.match(p.name)))
 
     def save(self, step: int, state: dict[str, Any]) -> None:
         """A collective: every rank calls it with its state (model, optimizer, its own RNG, the run's figures)."""
@@ -196,9 +193,13 @@ class DcpStore:
         for stale in [*self.directory.glob(".step-*.dcp.old"), *self.directory.glob(".step-*.dcp.tmp")]:
             shutil.rmtree(stale, ignore_errors=True)
 
-    def keys(self, path: Path) -> set[str]:
-        """The flattened keys a checkpoint holds ("model.0.weight", "rng.1.torch", "meta.step", ...)."""
-        return set(FileSystemReader(str(path)).read_metadata().state_dict_metadata)
+    def read_keys(self, path: Path) -> tuple[set[str], BaseException | None]:
+        """The flattened keys a checkpoint holds ("model.0.weight", "rng.1.torch", "meta.step", ...); the error
+        instead when its metadata cannot be read (missing, cut short)."""
+        try:
+            return set(FileSystemReader(str(path)).read_metadata().state_dict_metadata), None
+        except Exception as e:
+            return set(), e
 
     def load(self, path: Path, request: dict[str, Any]) -> BaseException | None:
         """Fill `request` (a collective); the error on this rank, if its part failed to load."""
@@ -207,6 +208,27 @@ class DcpStore:
         except (Exception, CheckpointException) as e:  # a missing or truncated shard, a bad metadata file
             return e
         return None
+
+
+def meta_request(keys: set[str]) -> dict[str, Any]:
+    """The run's figures a checkpoint holds (META_KEYS), as placeholders for dcp.load to fill, nested as they were
+    saved: "meta.scheduler.peak_lr" is request["scheduler"]["peak_lr"]. (Asking for "meta.scheduler" alone finds
+    no such key: DCP keeps the flattened ones, and the schedule and shape were not read back.)"""
+    request: dict[str, Any] = {}
+    for key in sorted(keys):
+        top, *path = key.split(".")
+        if top != "meta" or not path or path[0] not in META_KEYS:
+            continue
+        node = request
+        for name in path[:-1]:
+            node = node.setdefault(name, {})
+        node[path[-1]] = 0
+    return request
+
+
+def model_and_optimizer_keys(keys: set[str]) -> set[str]:
+    """Of a checkpoint's keys, those resume_checks.state_keys names (the optimizer's state, not its param_groups)."""
+    return {k for k in keys if k.startswith(("model.", "optim.state."))}
 
 
 def checkpoint_format(mode: str, device: torch.device) -> str:
@@ -230,5 +252,6 @@ META_KEYS = (
     "shape",
     "scheduler",
     "time",
+    "scaler",  # fp16's GradScaler: its scale and growth tracker (empty, so absent, when it is off)
     BATCHES_COMMITTED_KEY,  # torchft replica groups: the Manager's counter beside the step
 )

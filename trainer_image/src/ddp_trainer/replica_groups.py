@@ -7,7 +7,9 @@ What changes against the plain DDP path, and why:
   group joins only the ranks of equal group rank across groups;
 - the optimizer is torchft's OptimizerWrapper: step() asks the Manager whether every group's step went through
   (should_commit) and steps only then. A peer that dies mid-step fails the step on the survivors, who skip it and
-  go on without the peer once the Lighthouse's heartbeat timeout has passed;
+  go on without the peer once the Lighthouse's heartbeat timeout has passed. Checkpoints and heals read and write
+  the optimizer inside it: DCP's state-dict helpers step a fresh optimizer to create its state, which through the
+  wrapper would be a commit of its own;
 - each step starts with a quorum (Manager.start_quorum) at the top of the loop, not in zero_grad as torchft's
   example does: the trainer clears gradients after the step too, and the last step's clearing must not ask for a
   quorum that finished peers will never join;
@@ -17,14 +19,15 @@ What changes against the plain DDP path, and why:
   checkpoint. The price is the quorum's round trip in every step (a few ms on one host);
 - init_sync=False: every group seeds the same initial weights (Trainer.__init__), so step 0 needs no transfer;
 - the step is the Manager's (current_step), which only a committed step advances, and the data position follows it
-  (replica_sampler.py); samples are the batches committed x a group's share of the global batch;
+  (replica_sampler.py); samples are the batches committed x a group's share of the global batch. A step not
+  committed runs again on the batch in hand;
 - the one group that is rank 0 in the quorum writes the checkpoints (every group would write the same step), with
   the Manager's own state beside the trainer's."""
 
 import os
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.distributed as dist
@@ -129,8 +132,11 @@ class ReplicaGroups:
         w = self.env.world_size
         return self.ft_env.num_replica_groups * w, self.ft_env.replica_group * w + self.env.rank
 
-    def wrap(self, trainer: "Trainer") -> tuple[TorchftDDP, Callable[..., Any], torch.optim.Optimizer]:
-        """The Manager, the model in torchft's DDP and the optimizer in its wrapper; (ddp, callable model, optim)."""
+    def wrap(
+        self, trainer: "Trainer"
+    ) -> tuple[TorchftDDP, Callable[..., Any], torch.optim.Optimizer, torch.optim.Optimizer]:
+        """The Manager, the model in torchft's DDP and the optimizer in its wrapper; (ddp, callable model, the
+        wrapper the trainer steps, the optimizer inside it that checkpoints and heals read and write)."""
         from .ddp_model import use_sync_batchnorm
         from .device_options import use_fused
         from .trainer import make_optimizer
@@ -173,9 +179,9 @@ class ReplicaGroups:
             bucket_cap_mb=cfg.ddp.bucket_cap_mb,
             gradient_as_bucket_view=cfg.ddp.gradient_as_bucket_view,
         )
-        optimizer = StepOptimizer(self.manager, make_optimizer(ddp, cfg.train, use_fused(cfg.train.fused, device)))
+        inner = make_optimizer(ddp, cfg.train, use_fused(cfg.train.fused, device))
         callable_model = torch.compile(ddp) if cfg.ddp.compile else ddp
-        return ddp, callable_model, optimizer
+        return ddp, callable_model, StepOptimizer(self.manager, inner), inner
 
     @property
     def _manager(self) -> Manager:
@@ -227,9 +233,11 @@ class ReplicaGroups:
         self.uncommitted = 0 if committed else self.uncommitted + 1
         # Once per streak, then every 100: with fewer groups than TORCHFT_MIN_REPLICAS every step fails, ~100 a second.
         if self.uncommitted % 100 == 1 and t.talks:
+            # fp16's scaler skips the optimizer's step on an overflow, and with it the commit.
+            overflow = ", or fp16 skipped it for an overflow" if t.scaler.is_enabled() else ""
             t._warn(
                 f"step {was + 1} not committed by every replica group (a peer failed or left, or fewer than "
-                f"{self.ft_env.min_replicas} groups): running it again ({self.uncommitted} in a row)"
+                f"{self.ft_env.min_replicas} groups{overflow}): running it again ({self.uncommitted} in a row)"
             )
         return not committed
 
@@ -279,10 +287,12 @@ class ReplicaGroups:
         t = self._trainer
         return {
             "model": t.ddp.module.state_dict(),
-            "optimizer": cast(OptimizerWrapper, t.optimizer).optim.state_dict(),
+            "optimizer": t.base_optimizer.state_dict(),
             "trainer": {
                 "replica_group": self.ft_env.replica_group,
                 "scheduler": t.schedule.state_dict(),
+                # fp16: every group must scale its loss alike, or the averaged gradients mix scales.
+                "scaler": t.scaler.state_dict(),
             },
         }
 
@@ -291,7 +301,9 @@ class ReplicaGroups:
         main thread, before this group's next forward pass."""
         t, m = self._trainer, self._manager
         t.ddp.module.load_state_dict(state["model"])
-        cast(OptimizerWrapper, t.optimizer).optim.load_state_dict(state["optimizer"])
+        t.base_optimizer.load_state_dict(state["optimizer"])
+        if state["trainer"].get("scaler"):
+            t.scaler.load_state_dict(state["trainer"]["scaler"])
         t.step = m.current_step()
         t.samples = m.batches_committed() * self.group_batch
         t.position = self.position(t.step)

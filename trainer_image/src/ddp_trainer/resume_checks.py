@@ -1,6 +1,10 @@
 """What a checkpoint must share with the run that resumes it. A checkpoint of another workload, data set or batch
 rule would otherwise load (or half-load) and train on quietly: its data position is an offset into another
-permutation, and its step count means other samples. Refusing names each difference and how to go on."""
+permutation, and its step count means other samples. Refusing names each difference and how to go on.
+
+The same holds for its entries: a checkpoint whose model or optimizer entries are not this run's (another
+--train.optimizer, a changed model) is another run's, not a damaged one. Taking it for damaged skipped it, then every
+older one, and the run began again at step 0."""
 
 from __future__ import annotations
 
@@ -8,7 +12,7 @@ from dataclasses import asdict, dataclass
 
 
 class CheckpointMismatch(ValueError):
-    """The newest checkpoint was written by a run of another shape; a retry would meet it again."""
+    """The newest checkpoint was written by a run of another shape, model or optimizer; a retry would meet it again."""
 
 
 @dataclass(frozen=True)
@@ -61,3 +65,34 @@ def check_resumable(checkpoint: str, stored: dict, current: RunShape) -> None:
             "Resuming would continue at a data position and step that mean other samples. Run with the "
             "checkpoint's settings, or start afresh with another --checkpoint.dir"
         )
+
+
+SHOWN_KEYS = 4  # a changed optimizer differs in every parameter's entries: name a few, count the rest
+
+
+def state_keys(model: dict, optimizer: dict | None) -> set[str]:
+    """The entries a model's and an optimizer's state dicts hold, named as DCP flattens them ("model.net.0.weight",
+    "optim.state.net.0.weight.exp_avg"; the file format's optimizer has parameter indices where DCP has names).
+    Not the optimizer's param_groups: their hyperparameter names change with torch versions, not between runs."""
+    keys = {f"model.{name}" for name in model}
+    for param, entries in ((optimizer or {}).get("state") or {}).items():
+        keys.update(f"optim.state.{param}.{entry}" for entry in entries)
+    return keys
+
+
+def check_keys(checkpoint: str, stored: set[str], wanted: set[str]) -> None:
+    """Refuse a checkpoint whose entries are not this run's model's and optimizer's (`stored`, `wanted`: state_keys)."""
+    missing, unexpected = sorted(wanted - stored), sorted(stored - wanted)
+    if not missing and not unexpected:
+        return
+    found = [f"{words} {_few(keys)}" for words, keys in (("missing", missing), ("unexpected", unexpected)) if keys]
+    raise CheckpointMismatch(
+        f"refusing to resume from {checkpoint}: its entries do not fit this run's model and optimizer: "
+        f"{'; '.join(found)}. Was --train.optimizer or the model changed? Run with the checkpoint's settings, or "
+        "start afresh with another --checkpoint.dir"
+    )
+
+
+def _few(keys: list[str]) -> str:
+    shown = ", ".join(keys[:SHOWN_KEYS])
+    return shown if len(keys) <= SHOWN_KEYS else f"{shown} and {len(keys) - SHOWN_KEYS} more"

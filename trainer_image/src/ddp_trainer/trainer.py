@@ -6,7 +6,7 @@ from __future__ import annotations
 import contextlib
 import signal
 import time
-from collections.abc import Sized
+from collections.abc import Iterator, Sized
 from pathlib import Path
 from typing import TYPE_CHECKING, cast
 
@@ -17,8 +17,8 @@ from torch.utils.data import DataLoader
 
 from . import exit_codes
 from .batching import BatchPlan, SamplePosition, global_batch_size, loss_scale, plan_batches, split_sizes
-from .checkpoint import CheckpointStore
-from .checkpoint_dcp import META_KEYS, DcpStore, checkpoint_format
+from .checkpoint import CheckpointStore, CheckpointUnreadable
+from .checkpoint_dcp import DcpStore, checkpoint_format, meta_request, model_and_optimizer_keys
 from .config import Config
 from .ddp_model import autocast_context, wrap_model
 from .device_options import apply_tf32, bf16_supported, cpu_count, loader_workers, peak_tflops, precision, use_fused
@@ -29,7 +29,7 @@ from .metrics import TrainerMetrics, metrics_address, serve
 from .phase_timer import PhaseTimer
 from .preemption import PreemptionFlag, StepVote
 from .progress_log import Identity, done_line, emit, progress_line, resumed_line, sized_line, warn
-from .resume_checks import RunShape, check_resumable
+from .resume_checks import RunShape, check_keys, check_resumable, state_keys
 from .rng_state import capture_rng, rank_seed, restore_rng, seed_everything
 from .workloads import Workload, build_workload
 
@@ -55,7 +55,9 @@ class Trainer:
         self.created = time.monotonic()
         seed_everything(cfg.train.seed)  # identical initial weights on every rank
         self.workload = workload or build_workload(cfg)
-        seed_everything(rank_seed(cfg.train.seed, env.rank, 0))  # then distinct streams (dropout, augmentation)
+        # Then distinct streams (dropout, augmentation), by the rank's place among all groups' ranks: under torchft
+        # every group has a rank 0, and they would share one stream.
+        seed_everything(rank_seed(cfg.train.seed, self.data_rank, 0))
         self.dataset_len = len(cast(Sized, self.workload.train_set))
         apply_tf32(cfg.ddp.tf32, device)
         self.precision = precision(cfg.ddp.autocast, device, bf16_supported(device))
@@ -67,9 +69,14 @@ class Trainer:
         self.phases = PhaseTimer(self._observe_phases, device)  # CUDA events on a GPU, read a window late
         if replicas is None:
             self.ddp, self.model = wrap_model(self.workload.model, device, cfg.ddp, self._warn)
-            self.optimizer = make_optimizer(self.ddp, cfg.train, use_fused(cfg.train.fused, device))
+            self.optimizer = self.base_optimizer = make_optimizer(
+                self.ddp, cfg.train, use_fused(cfg.train.fused, device)
+            )
         else:
-            self.ddp, self.model, self.optimizer = replicas.wrap(self)
+            # What steps (self.optimizer, torchft's wrapper: its step() asks the groups to commit, once a step) and
+            # what checkpoints and heals read and write (the optimizer inside: DCP's state-dict helpers call step()
+            # to create a fresh optimizer's state, which through the wrapper would be a commit of its own).
+            self.ddp, self.model, self.optimizer, self.base_optimizer = replicas.wrap(self)
         self.global_batch = global_batch_size(
             self.data_world, cfg.train.batch_size_per_rank, cfg.train.global_batch_size
         )
@@ -149,51 +156,90 @@ class Trainer:
         return self._resume_file(self.store, started)
 
     def _resume_file(self, store: CheckpointStore, started: float) -> bool:
+        """Rank 0 picks the newest file that loads (a damaged one is skipped with a warning) and tells the others,
+        with the names it saw: when none loads the run stops rather than start again at step 0. One of another run
+        (shape, model or optimizer) stops it."""
         chosen = store.newest_valid() if self.env.rank == 0 else None
-        box = [str(chosen[0]) if chosen else None]
+        names = [p.name for _, p in reversed(store.list_steps())] if self.env.rank == 0 else []
+        box: list = [str(chosen[0]) if chosen else None, names]
         dist.broadcast_object_list(box, src=0)
         if box[0] is None:
+            if box[1]:
+                raise CheckpointUnreadable(store.directory, box[1])
             return False
         state = chosen[1] if chosen else store.load(Path(box[0]))
         if state is None:
             raise RuntimeError(f"rank {self.env.rank} cannot read checkpoint {box[0]} that rank 0 chose")
         check_resumable(box[0], state, self.shape)
+        get_state_dict(self.ddp.module, self.base_optimizer)  # creates a fresh optimizer's entries, to compare
+        # A checkpoint taken before the optimizer's first step has no entries of its own to compare.
+        optimizer = self.base_optimizer.state_dict() if state["optimizer"]["state"] else None
+        check_keys(
+            box[0],
+            state_keys(state["model"], state["optimizer"]),
+            state_keys(self.ddp.module.state_dict(), optimizer),
+        )
         self.ddp.module.load_state_dict(state["model"])
-        self.optimizer.load_state_dict(state["optimizer"])
+        self.base_optimizer.load_state_dict(state["optimizer"])
         self._resumed(state, started)
         self._restore_rng(state)  # after the step is set: a rank without a saved stream is seeded by it
         return True
 
     def _resume_dcp(self, store: DcpStore, started: float) -> bool:
-        """Rank 0 lists the complete checkpoints, newest first; every rank loads the first one that loads on all."""
+        """Rank 0 lists the checkpoints, newest first; every rank loads the first one that loads on all. A damaged
+        one (no metadata, a shard missing or cut short) gives way to the one before; when none is left the run
+        stops rather than start again at step 0. One of another run (shape, model or optimizer) stops it."""
         box: list[list[str] | None] = [
             [str(p) for _, p in reversed(store.list_steps())] if self.env.rank == 0 else None
         ]
         dist.broadcast_object_list(box, src=0)
-        for path in box[0] or []:
-            keys = store.keys(Path(path))
-            model, optim = get_state_dict(self.ddp.module, self.optimizer)
-            mine = str(self.env.rank)
-            request: dict = {"model": model, "optim": optim, "meta": {k: 0 for k in META_KEYS if f"meta.{k}" in keys}}
-            if any(k.startswith(f"rng.{mine}.") for k in keys):
-                request["rng"] = {mine: capture_rng()}
-            error = store.load(Path(path), request)
-            if not store.loaded_everywhere(error):
-                self._warn(f"skipping unreadable checkpoint {Path(path).name}: {str(error)[:200] or 'another rank'}")
+        paths = [Path(p) for p in box[0] or []]
+        for path in paths:
+            loaded = self._load_dcp(store, path)
+            if loaded is None:
                 continue
-            state = request["meta"]
-            check_resumable(path, state, self.shape)
-            set_state_dict(self.ddp.module, self.optimizer, model_state_dict=model, optim_state_dict=optim)
+            state, rng = loaded
             self._resumed(state, started)
-            if "rng" in request:
-                restore_rng(request["rng"][mine])
-            else:  # a rank the writing group did not have (it grew)
-                seed_everything(rank_seed(self.cfg.train.seed, self.env.rank, self.step))
+            if rng is not None:
+                restore_rng(rng)
+            else:  # a rank the writing group did not have (it grew), or another replica group
+                seed_everything(rank_seed(self.cfg.train.seed, self.data_rank, self.step))
             return True
-        if not box[0]:
-            # A run that wrote `file` checkpoints before (a CPU attempt, an older image) goes on from them.
-            return self._resume_file(CheckpointStore(store.directory, store.keep, self._warn), started)
-        return False
+        if paths:
+            raise CheckpointUnreadable(store.directory, [p.name for p in paths])
+        # A run that wrote `file` checkpoints before (a CPU attempt, an older image) goes on from them.
+        return self._resume_file(CheckpointStore(store.directory, store.keep, self._warn), started)
+
+    def _load_dcp(self, store: DcpStore, path: Path) -> tuple[dict, dict | None] | None:
+        """Load one checkpoint on every rank: its run figures (checked first), then weights and optimizer state
+        (their entries checked against this run's), then this rank's RNG stream if it has one; None when some
+        rank could not read it (a collective: every rank takes the same turns)."""
+        keys, error = store.read_keys(path)
+        if not store.loaded_everywhere(error):
+            self._unreadable(path, error)
+            return None
+        meta: dict = {"meta": meta_request(keys)}
+        error = store.load(path, meta)
+        if not store.loaded_everywhere(error):
+            self._unreadable(path, error)
+            return None
+        check_resumable(str(path), meta["meta"], self.shape)
+        model, optim = get_state_dict(self.ddp.module, self.base_optimizer)
+        check_keys(str(path), model_and_optimizer_keys(keys), state_keys(model, optim))
+        mine = str(self.data_rank)
+        request: dict = {"model": model, "optim": optim}
+        if any(k.startswith(f"rng.{mine}.") for k in keys):
+            request["rng"] = {mine: capture_rng()}
+        error = store.load(path, request)
+        if not store.loaded_everywhere(error):
+            self._unreadable(path, error)
+            return None
+        set_state_dict(self.ddp.module, self.base_optimizer, model_state_dict=model, optim_state_dict=optim)
+        return meta["meta"], request.get("rng", {}).get(mine)
+
+    def _unreadable(self, path: Path, error: BaseException | None) -> None:
+        why = f"{type(error).__name__}: {str(error)[:200]}" if error else "it failed on another rank"
+        self._warn(f"skipping unreadable checkpoint {path.name}: {why}")
 
     def _resumed(self, state: dict, started: float) -> None:
         """What a loaded checkpoint sets beside the weights: the step, the data position, the schedule, the batch
@@ -202,6 +248,8 @@ class Trainer:
         self.position = SamplePosition(int(state["epoch"]), int(state["offset"]))
         if "scheduler" in state:
             self.schedule = self.schedule.continued_from(state["scheduler"], self.step)
+        if state.get("scaler"):  # fp16: go on at the scale reached, not back off again from 65,536
+            self.scaler.load_state_dict(state["scaler"])
         if self.cfg.train.micro_batch_size == 0 and "micro_batch_limit" in state:
             # What the first attempt ran fit in memory; a smaller group accumulates more rather than run larger.
             self.plan = self._plan_batches(micro_batch_limit=int(state["micro_batch_limit"]))
@@ -220,15 +268,16 @@ class Trainer:
         return RunShape(self.workload.name, self.dataset_len, t.global_batch_size, t.batch_size_per_rank)
 
     def _restore_rng(self, state: dict) -> None:
-        """Each rank continues its own stream. A rank the writing group did not have (it grew) gets a new one of
-        its own; so do ranks other than 0 after a checkpoint from before per-rank states were kept."""
+        """Each rank continues a stream of its own. A rank the writing group did not have (it grew, or under torchft
+        the ranks of the other groups) gets a new one; so do ranks other than 0 after a checkpoint from before
+        per-rank states were kept."""
         per_rank = state.get("rng_per_rank")
-        if per_rank is not None and self.env.rank < len(per_rank):
-            restore_rng(per_rank[self.env.rank])
-        elif per_rank is None and self.env.rank == 0 and "rng" in state:
+        if per_rank is not None and self.data_rank < len(per_rank):
+            restore_rng(per_rank[self.data_rank])
+        elif per_rank is None and self.data_rank == 0 and "rng" in state:
             restore_rng(state["rng"])
         else:
-            seed_everything(rank_seed(self.cfg.train.seed, self.env.rank, self.step))
+            seed_everything(rank_seed(self.cfg.train.seed, self.data_rank, self.step))
 
     def train(self, finish: bool = True) -> int:
         """Step until --train.steps. finish=False skips the final checkpoint, evaluation and done line (the
@@ -240,13 +289,12 @@ class Trainer:
         loss_sum = torch.zeros((), device=self.device)
         self.metrics.count_samples(0, self.samples)
         self.metrics.step.set(self.step)
+        again: tuple[torch.Tensor, torch.Tensor] | None = None  # torchft: the batch of a step not committed
         while self.step < cfg.train.steps:
             if self.replicas is not None and self.replicas.start_step():  # healed: the data goes on at its step
-                batches = iter(self.data_loader())
+                batches, again = iter(self.data_loader()), None
             t0 = self.phases.mark()
-            inputs, targets = next(batches)
-            inputs = inputs.to(self.device, non_blocking=True)
-            targets = targets.to(self.device, non_blocking=True)
+            inputs, targets = again if again is not None else self._next_batch(batches)
             t1 = self.phases.mark()
             lr = self.schedule.apply(self.optimizer, self.step)
             loss_sum += self._forward_backward(inputs, targets)
@@ -262,8 +310,8 @@ class Trainer:
                 self.step += 1
                 self.samples += self.global_batch
                 self.position = self.position.after_batch(self.global_batch, self.dataset_len)
-            elif self.replicas.after_step():  # not committed: the step and its batch run again
-                batches = iter(self.data_loader())
+            else:  # not committed: the step runs again on the batch in hand (the step, and so the data, stayed)
+                again = (inputs, targets) if self.replicas.after_step() else None
             window_steps += 1
             self.phases.step((t0, t1, t2, t3))
             if self.step % cfg.log.every_steps == 0 or self.step == cfg.train.steps:
@@ -276,7 +324,7 @@ class Trainer:
             verdict = self.vote.step(ask_to_save=self._time_to_save())
             if verdict.stop:
                 return self._preempted()
-            if self.store is not None and self.step < cfg.train.steps and (verdict.save or self._save_by_steps()):
+            if self._checkpoint_due(verdict.save):
                 self.save_checkpoint()
         self.vote.settle()
         self.phases.flush()
@@ -319,7 +367,7 @@ class Trainer:
         )
         # A generator of its own: the DataLoader draws its workers' base seed when an iterator starts, and a draw
         # from the global stream would set a resumed run's stream one draw apart from an uninterrupted one.
-        seeds = torch.Generator().manual_seed(rank_seed(self.cfg.train.seed, self.env.rank, self.step))
+        seeds = torch.Generator().manual_seed(rank_seed(self.cfg.train.seed, self.data_rank, self.step))
         workers = loader_workers(self.cfg.data.workers, self.device, cpu_count(), self.env.local_world_size)
         return DataLoader(
             data,
@@ -382,6 +430,21 @@ class Trainer:
         if self.talks:
             emit(progress_line(self.who, self.step, self.cfg.train.steps, self.position.epoch, loss, lr, throughput))
 
+    def _next_batch(self, batches: Iterator) -> tuple[torch.Tensor, torch.Tensor]:
+        inputs, targets = next(batches)
+        return inputs.to(self.device, non_blocking=True), targets.to(self.device, non_blocking=True)
+
+    def _checkpoint_due(self, asked: bool) -> bool:
+        """A checkpoint by steps, or by time (`asked`: rank 0's request, through the vote), unless this step has one
+        already: under torchft a step the groups did not commit leaves the step where it was, and each
+        retry at a checkpoint's step would write that checkpoint again."""
+        if self.store is None or self.step >= self.cfg.train.steps or not (asked or self._save_by_steps()):
+            return False
+        if self.step == self.last_checkpoint_step:
+            self.asked_to_save = False  # the checkpoint of this step answers a request by time too
+            return False
+        return True
+
     def _save_by_steps(self) -> bool:
         every = self.cfg.checkpoint.every_steps
         return every > 0 and self.step % every == 0
@@ -416,15 +479,15 @@ class Trainer:
             "shape": self.shape.state_dict(),
             "scheduler": self.schedule.state_dict(),
             "time": now,
+            "scaler": self.scaler.state_dict(),  # fp16's scale and growth tracker; {} when fp16 is off
             **(self.replicas.checkpoint_meta() if self.replicas is not None else {}),
         }
         if isinstance(self.store, DcpStore):
-            model, optim = get_state_dict(self.ddp.module, self.optimizer)
+            model, optim = get_state_dict(self.ddp.module, self.base_optimizer)
             self.save_started[self.step] = started
             # Returns once staged (async): the step goes on while the background thread writes.
-            self.store.save(
-                self.step, {"model": model, "optim": optim, "rng": {str(self.env.rank): capture_rng()}, "meta": meta}
-            )
+            rng = {str(self.data_rank): capture_rng()}
+            self.store.save(self.step, {"model": model, "optim": optim, "rng": rng, "meta": meta})
             if not self.store.asynchronous:
                 self._checkpoint_in_place(self.step)
         else:
@@ -434,7 +497,7 @@ class Trainer:
                     {
                         **meta,
                         "model": self.ddp.module.state_dict(),
-                        "optimizer": self.optimizer.state_dict(),
+                        "optimizer": self.base_optimizer.state_dict(),
                         "rng_per_rank": rng_per_rank,
                     }
                 )
