@@ -161,3 +161,12 @@ def test_a_template_edited_while_suspended_gets_a_workload_of_the_new_pod_set():
     assert plan.create_workload["spec"]["podSets"][0]["template"]["spec"]["nodeSelector"] == {"zone": "b"}
     unchanged = plan_reconcile(governed(queued_job(), [], [old]), PlannerSettings())
     assert unchanged.delete_workloads == [] and unchanged.create_workload is None
+
+
+def test_the_watch_cache_keeps_the_operators_deactivation_mark():
+    """The first integration run of issue 35 item 9 failed here: the cache dropped the mark, and the resumed job's
+    Workload was taken for someone else's deactivation."""
+    job, wl = admitted_running()
+    wl["metadata"]["annotations"] = {kueue.DEACTIVATED_BY: "true", "other": "x"}
+    slim = kueue.slim_workload(wl)
+    assert kueue.deactivated_by_us(slim) and "other" not in slim["metadata"]["annotations"]

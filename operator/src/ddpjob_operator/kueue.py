@@ -74,7 +74,7 @@ def slim_workload(body: Mapping[str, Any]) -> dict[str, Any]:
             "uid": meta.get("uid"),
             "resourceVersion": meta.get("resourceVersion"),
             "labels": dict(meta.get("labels") or {}),
-            "annotations": {k: v for k, v in (meta.get("annotations") or {}).items() if k == POD_SET_HASH},
+            "annotations": {k: v for k, v in (meta.get("annotations") or {}).items() if k in KEPT_ANNOTATIONS},
             "ownerReferences": list(meta.get("ownerReferences") or []),
             "deletionTimestamp": meta.get("deletionTimestamp"),
         },
@@ -361,6 +361,7 @@ class ActiveWrite:
 # The operator deactivates a suspended job's Workload and marks it so. A Workload that Kueue deactivated
 # (waitForPodsReady's requeuing limit) or an admin did carries no mark, and the operator never undoes that.
 DEACTIVATED_BY = "ddpjob.dev/deactivated-by-operator"
+KEPT_ANNOTATIONS = (POD_SET_HASH, DEACTIVATED_BY)  # the watch cache keeps only the annotations a pass reads
 
 
 def is_active(workload: Mapping[str, Any]) -> bool:
