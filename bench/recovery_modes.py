@@ -247,7 +247,11 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "recovery_modes.json")
     parser.add_argument("--steps", type=int, default=900)
+    # A subset, for a quick look at one row (Recreate always runs: every ratio is to it).
+    parser.add_argument("--faults", nargs="+", choices=FAULTS, default=list(FAULTS))
+    parser.add_argument("--modes", nargs="+", choices=MODES, default=list(MODES))
     args = parser.parse_args()
+    modes = [m for m in MODES if m in args.modes or m == "Recreate"]
     c = local_cluster.up()
     install_crds(c.kubectl)
     agent_started = localnode.start(c)
@@ -258,8 +262,8 @@ def main() -> int:
     operator = OperatorProcess(c.kubeconfig, [ns], log).start()
     rows = []
     try:
-        for fault in FAULTS:
-            for mode in MODES:
+        for fault in args.faults:
+            for mode in modes:
                 rows.append(one_run(c, ns, mode, fault, nodes, args.steps))
     finally:
         operator.stop()

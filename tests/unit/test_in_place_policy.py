@@ -257,3 +257,20 @@ def test_the_replacement_running_opens_the_join_window():
     plan = plan_with(job, running_pods("a", 3))
     assert "replacing" not in plan.status
     assert plan.status["inPlace"]["joinUntil"] > "2026-"  # NOW + in_place.JOIN_WINDOW
+
+
+@pytest.mark.parametrize("strategy, last_call, want", [
+    ("InPlace", None, "last_call_timeout=5,keep_alive_interval=2,keep_alive_max_attempt=3"),
+    ("InPlace", 20, "last_call_timeout=20,keep_alive_interval=2,keep_alive_max_attempt=3"),  # the user's word
+    ("Recreate", None, "last_call_timeout=30"),
+    ("Recreate", 7, "last_call_timeout=7"),
+])
+def test_in_place_rendezvous_drops_a_dead_node_and_stops_waiting_sooner(strategy, last_call, want):
+    """Issue 35: InPlace's stall on a lost node was torchrun's keep-alive expiry (15 s) then a 30 s last call."""
+    job = make_job("a").replicas(2)
+    job._run()["restartStrategy"] = strategy
+    if last_call is not None:
+        job.obj["spec"]["rendezvous"] = {"lastCallTimeoutSeconds": last_call}
+    (pod, _) = plan_with(job, []).create_pods
+    conf = env_of(pod)["PET_RDZV_CONF"]
+    assert conf.split("join_timeout=600,")[1] == want, conf

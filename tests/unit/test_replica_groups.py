@@ -320,3 +320,27 @@ def test_without_torchft_worker_0_alone_is_read():
     pods = [with_metrics(make_pod("a", i).build()) for i in range(2)]
     pods[0]["status"]["phase"] = "Pending"
     assert metrics_url(observe(job.build(), pods)) is None
+
+
+def test_the_lighthouse_prefers_a_node_without_the_jobs_workers():
+    from ddpjob_operator.builders import build_worker_pod, worker_selector
+
+    spec = parse_spec(torchft(make_job("a").replicas(2)).build()["spec"])
+    pod = build_lighthouse_pod(JobRef("a", NS, UID), spec)
+    (term,) = pod["spec"]["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]
+    selector = term["podAffinityTerm"]["labelSelector"]["matchLabels"]
+    assert selector == worker_selector("a") and term["podAffinityTerm"]["topologyKey"] == "kubernetes.io/hostname"
+    worker = build_worker_pod(JobRef("a", NS, UID), spec, index=0, attempt=0, restarts=0, size=2)
+    assert selector.items() <= worker["metadata"]["labels"].items(), "it selects the job's workers"
+    assert not selector.items() <= pod["metadata"]["labels"].items(), "not itself"
+
+
+@pytest.mark.parametrize("lighthouse, want_selector, want_tolerations", [
+    ({}, {"gpu": "h100"}, [{"key": "gpu", "operator": "Exists"}]),  # the template's
+    ({"nodeSelector": {"pool": "cpu"}, "tolerations": []}, {"pool": "cpu"}, []),  # its own: a CPU pool
+])
+def test_the_lighthouse_can_run_in_a_pool_of_its_own(lighthouse, want_selector, want_tolerations):
+    job = torchft(make_job("a").replicas(2), lighthouse=lighthouse)
+    job.pod_spec(nodeSelector={"gpu": "h100"}, tolerations=[{"key": "gpu", "operator": "Exists"}])
+    pod = build_lighthouse_pod(JobRef("a", NS, UID), parse_spec(job.build()["spec"]))
+    assert (pod["spec"]["nodeSelector"], pod["spec"]["tolerations"]) == (want_selector, want_tolerations)

@@ -69,6 +69,25 @@ def nnodes(spec: JobSpec, size: int | None = None) -> str:
     return str(size)
 
 
+# restartStrategy InPlace re-forms the group in the running pods after a loss, in torchrun's rendezvous: a dead node
+# stays a participant until its keep-alive expires (torchrun's default: every 5 s, dead after 3 missed, 15 s), then
+# the survivors, at least minReplicas, wait the last call for more. Both were most of InPlace's stall on a lost node
+# (53 s against Recreate's 10 s, bench/recovery_modes.py). A shorter keep-alive can take a starved agent for dead:
+# 2 s x 3 still tolerates 6 s of starvation (docs/fault-tolerance.md has the measured trade-off).
+IN_PLACE_KEEP_ALIVE = (2, 3)  # keep_alive_interval seconds, keep_alive_max_attempt
+LAST_CALL_SECONDS = 30  # torchrun's own default: the wait for late pods once minReplicas have joined...
+IN_PLACE_LAST_CALL_SECONDS = 5  # ...and InPlace's, whose pods are all running when its group re-forms
+
+
+def last_call_seconds(spec: JobSpec) -> int:
+    """rendezvous.lastCallTimeoutSeconds when set, else by restart strategy: under InPlace every pod of the group
+    is already running when it re-forms (a replacement joins later, as a membership change), so waiting 30 s for
+    one that is not coming is only stall."""
+    if spec.rendezvous.last_call_timeout_seconds is not None:
+        return spec.rendezvous.last_call_timeout_seconds
+    return IN_PLACE_LAST_CALL_SECONDS if spec.run_policy.restart_strategy == IN_PLACE else LAST_CALL_SECONDS
+
+
 def max_restarts(spec: JobSpec, restarts: int) -> int:
     """torchrun's --max-restarts. InPlace: what is left of backoffLimit when the pod is made, plus the whole
     platformFailureLimit and one for a replacement's join. An agent counts every failure of its own workers, and a
@@ -114,8 +133,10 @@ def rendezvous_env(
     port = spec.rendezvous.port
     conf = (
         f"is_host={'true' if index == 0 else 'false'},join_timeout={spec.rendezvous.join_timeout_seconds},"
-        f"last_call_timeout={spec.rendezvous.last_call_timeout_seconds}"
+        f"last_call_timeout={last_call_seconds(spec)}"
     )
+    if spec.run_policy.restart_strategy == IN_PLACE:
+        conf += f",keep_alive_interval={IN_PLACE_KEEP_ALIVE[0]},keep_alive_max_attempt={IN_PLACE_KEEP_ALIVE[1]}"
     plain = {
         "PET_NNODES": nnodes(spec, size),
         "PET_NPROC_PER_NODE": str(spec.procs_per_pod),

@@ -109,6 +109,11 @@ def build_lighthouse_pod(
     }
     if "imagePullPolicy" in trainer:
         container["imagePullPolicy"] = trainer["imagePullPolicy"]
+    ft = spec.fault_tolerance
+    if ft.lighthouse_node_selector is not None:
+        kept["nodeSelector"] = copy.deepcopy(ft.lighthouse_node_selector)
+    if ft.lighthouse_tolerations is not None:
+        kept["tolerations"] = copy.deepcopy(ft.lighthouse_tolerations)
     name = lighthouse_name(job_name)
     return {
         "apiVersion": "v1",
@@ -127,7 +132,26 @@ def build_lighthouse_pod(
             "automountServiceAccountToken": False,
             "terminationGracePeriodSeconds": 5,
             "containers": [container],
+            "affinity": away_from_workers(job_name),
         },
+    }
+
+
+def away_from_workers(job_name: str) -> dict[str, Any]:
+    """The Lighthouse prefers a node without this job's workers: a lost worker node then costs one replica group,
+    not the quorum every group needs. Preferred only: on a cluster where every node holds a worker it still runs."""
+    return {
+        "podAntiAffinity": {
+            "preferredDuringSchedulingIgnoredDuringExecution": [
+                {
+                    "weight": 100,
+                    "podAffinityTerm": {
+                        "labelSelector": {"matchLabels": {api.LABEL_JOB_NAME: job_name, api.LABEL_COMPONENT: "worker"}},
+                        "topologyKey": "kubernetes.io/hostname",
+                    },
+                }
+            ]
+        }
     }
 
 

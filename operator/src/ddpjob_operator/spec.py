@@ -48,7 +48,7 @@ class RunPolicy:
 class Rendezvous:
     port: int = 29400
     join_timeout_seconds: int = 600
-    last_call_timeout_seconds: int = 30
+    last_call_timeout_seconds: int | None = None  # None: rendezvous.last_call_seconds picks by restartStrategy
 
 
 @dataclass(frozen=True)
@@ -66,6 +66,10 @@ class FaultTolerance:
     # and the group drops out and heals, instead of holding its peers.
     timeout_seconds: int = 60
     quorum_timeout_seconds: int = 900
+    # Where the Lighthouse runs, instead of the workers' template's (a CPU pool, apart from the GPU nodes whose loss
+    # it would otherwise share). None: the template's.
+    lighthouse_node_selector: dict[str, str] | None = None
+    lighthouse_tolerations: list[dict[str, Any]] | None = None
 
     @property
     def torchft(self) -> bool:
@@ -158,7 +162,9 @@ def parse_spec(raw: dict[str, Any]) -> JobSpec:
         rendezvous=Rendezvous(
             port=int(rdzv.get("port", 29400)),
             join_timeout_seconds=int(rdzv.get("joinTimeoutSeconds", 600)),
-            last_call_timeout_seconds=int(rdzv.get("lastCallTimeoutSeconds", 30)),
+            last_call_timeout_seconds=(
+                int(rdzv["lastCallTimeoutSeconds"]) if rdzv.get("lastCallTimeoutSeconds") is not None else None
+            ),
         ),
         template=raw.get("template") or {},
         network_policy=bool(raw.get("networkPolicy", False)),
@@ -171,5 +177,7 @@ def parse_spec(raw: dict[str, Any]) -> JobSpec:
             join_timeout_ms=int(lighthouse.get("joinTimeoutMilliseconds", 1000)),
             timeout_seconds=int(ft.get("timeoutSeconds", 60)),
             quorum_timeout_seconds=int(ft.get("quorumTimeoutSeconds", 900)),
+            lighthouse_node_selector=lighthouse.get("nodeSelector"),
+            lighthouse_tolerations=lighthouse.get("tolerations"),
         ),
     )
