@@ -4,6 +4,7 @@ report(), the real endpoint, the operator's real parser), its port rule is the h
 
 from __future__ import annotations
 
+import os
 import socket
 import subprocess
 import sys
@@ -194,4 +195,21 @@ def test_importing_it_leaves_torch_and_the_harness_alone():
     code = ("import sys, ddp_trainer.report; "
             "print(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'ddp_trainer')))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-    assert out.strip() == "['ddp_trainer', 'ddp_trainer.metrics', 'ddp_trainer.progress_log', 'ddp_trainer.report']"
+    # final_step: the termination record's format (json and a path, no torch)
+    assert out.strip() == ("['ddp_trainer', 'ddp_trainer.final_step', 'ddp_trainer.metrics', "
+                           "'ddp_trainer.progress_log', 'ddp_trainer.report']")
+
+
+@pytest.mark.parametrize("rank, want", [("0", {"finished": {"step": 3000}}), ("1", None)])
+def test_rank_0s_last_report_is_left_in_the_termination_record(tmp_path, rank, want):
+    """Issue 35: a user's loop with one report() a step ended Succeeded showing STEP 2941, the last scrape."""
+    import json
+    import sys
+
+    from ddp_trainer.final_step import TERMINATION_LOG_ENV
+
+    record = tmp_path / "termination-log"
+    script = "from ddp_trainer.report import report\nfor s in (2998, 2999, 3000):\n    report(step=s, loss=0.5)\n"
+    env = {**os.environ, "RANK": rank, "DDP_TRAINER_METRICS_PORT": "0", TERMINATION_LOG_ENV: str(record)}
+    subprocess.run([sys.executable, "-c", script], env=env, check=True, timeout=120)
+    assert (json.loads(record.read_text()) if record.exists() else None) == want

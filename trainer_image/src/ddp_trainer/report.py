@@ -20,6 +20,7 @@ a resumed loop's count is no jump."""
 
 from __future__ import annotations
 
+import atexit
 import os
 import threading
 import time
@@ -30,6 +31,7 @@ from typing import Any, SupportsFloat
 from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
+from .final_step import write_final_step
 from .metrics import (
     DEFAULT_PORT,
     LABELS,
@@ -183,12 +185,22 @@ _shared_lock = threading.Lock()
 
 
 def shared_reporter(port: int | None = None) -> ProgressReporter:
-    """This process's reporter; `port` (a base port, + LOCAL_RANK) counts only on the call that creates it."""
+    """This process's reporter; `port` (a base port, + LOCAL_RANK) counts only on the call that creates it. On
+    rank 0 the last step reported is left in the pod's termination record when the process exits (final_step.py),
+    as the harness does: the operator's last scrape can be a scrape interval before the end, and a Succeeded job
+    shows the step it finished at."""
     global _shared
     with _shared_lock:
         if _shared is None:
             _shared = ProgressReporter(port)
+            if _int_env(os.environ, "RANK", 0) == 0:
+                atexit.register(_leave_final_step, _shared)
         return _shared
+
+
+def _leave_final_step(reporter: ProgressReporter) -> None:
+    if reporter.step is not None:
+        write_final_step(reporter.step)  # on a failure the entrypoint clears it (torchrun.record_stderr_tail)
 
 
 def report(
