@@ -283,7 +283,12 @@ def plot_recovery_modes(rec: dict, out: Path) -> None:
         xs = [f + (i - (len(modes) - 1) / 2) * width for f in range(len(faults))]
         for ax, key in ((lost, "rank_seconds_lost"), (stall, "stall_seconds")):
             ax.bar(xs, [by_fault.get(f, {}).get(key, 0) for f in faults], width, label=mode, color=colors.get(mode))
-    names = {"kill": "kill -9 one process", "delete": "delete one pod", "node": "stop one node"}
+    names = {
+        "kill": "kill -9 one process",
+        "delete": "delete one pod",
+        "node": "stop one node",
+        "lighthouse": "stop the Lighthouse's node",
+    }
     for ax, title in ((lost, "rank-seconds lost (lower is better)"), (stall, "survivors' stall, s")):
         ax.set_xticks(range(len(faults)), [names.get(f, f) for f in faults])
         ax.set_title(title)
