@@ -99,6 +99,9 @@ INVALID = [
      "pick a port outside 9400"),
     ("rendezvous port on a metrics port, nproc auto from 8 GPUs", with_spec(rendezvous={"port": 9407}),
      "clashes with the metrics ports of the trainer processes"),
+    ("InPlace: rendezvous port on the agents' restart-count port",
+     with_spec(runPolicy__restartStrategy="InPlace", rendezvous={"port": 9399}),
+     "spec.rendezvous.port 9399 is where each pod's torchrun agent serves its in-place restart count"),
     ("more processes than GPUs", with_spec(gpusPerReplica=2, nprocPerNode=4),
      "(one trainer process per GPU): lower nprocPerNode, raise gpusPerReplica, or set nprocPerNode: auto"),
     ("shm size not a quantity", with_spec(shmSize="lots"),
@@ -144,7 +147,8 @@ def test_defaults_are_applied(kube, crds):
     assert spec["runPolicy"] == {"backoffLimit": 3, "cleanPodPolicy": "Running", "suspend": False,
                                  "restartBackoffSeconds": 5, "platformFailureLimit": 20, "healthyResetSeconds": 3600,
                                  "placementTimeoutSeconds": 120, "restartStrategy": "Recreate"}
-    assert spec["rendezvous"] == {"port": 29400, "joinTimeoutSeconds": 600, "lastCallTimeoutSeconds": 30}
+    # lastCallTimeoutSeconds has no server default: unset, the operator picks by restartStrategy (rendezvous.py)
+    assert spec["rendezvous"] == {"port": 29400, "joinTimeoutSeconds": 600}
     assert spec["shmSize"] == "4Gi"
 
 

@@ -21,7 +21,8 @@ def test_policy_admits_only_the_jobs_own_workers_and_metrics_scrapes():
     assert spec["policyTypes"] == ["Ingress"]
     peers, scrapes = spec["ingress"]
     assert peers == {"from": [{"podSelector": spec["podSelector"]}]}, "any port, but only from the job's workers"
-    assert scrapes == {"ports": [{"protocol": "TCP", "port": 9400, "endPort": 9463}]}
+    assert scrapes == {"ports": [{"protocol": "TCP", "port": 9400, "endPort": 9463},  # the trainers' metrics
+                                 {"protocol": "TCP", "port": 9399}]}  # InPlace: the agents' restart counts
     own = {"ddpjob.dev/job-name": "j", "app.kubernetes.io/component": "worker"}
     assert selects(spec["podSelector"], own)
     assert not selects(spec["podSelector"], {**own, "ddpjob.dev/job-name": "other"})
