@@ -96,3 +96,39 @@ def test_a_deleted_pod_is_replaced_alone_and_the_others_keep_their_uid(cluster, 
     reasons = [e["reason"] for e in _events(cluster, namespace, "digits")]
     assert "ReplacingPod" in reasons and "Recovered" in reasons and "Restarting" not in reasons, reasons
     assert parse_trainer_log(worker0_log(cluster, namespace)).steps[-1] == 400
+
+
+def test_a_replacement_that_is_lost_in_turn_is_replaced_again(cluster, operator, namespace):
+    """Issue 35: delete pod 2, wait until its replacement has joined, delete the replacement: a second replacement,
+    the job trains on in the same attempt, each loss counted once against platformFailureLimit."""
+    apply_job(cluster, namespace, digits_job(steps=1200, every=20, replicas=3, nprocPerNode=1, runPolicy=IN_PLACE))
+    wait_for_step(cluster, namespace, 60)
+    before = _uids(cluster, namespace, "digits")
+    cluster.kubectl("-n", namespace, "delete", "pod", "digits-worker-2", "--wait=false")
+
+    def replaced_and_joined():
+        s = job_status(cluster, namespace, "digits")
+        if s.get("phase") != "Running" or s.get("replacing"):
+            return False
+        uids = _uids(cluster, namespace, "digits")
+        fresh = uids.get("digits-worker-2") not in (None, before["digits-worker-2"])
+        closed = [r for r in s.get("recoveries") or [] if "recoverySeconds" in r]
+        return fresh and s.get("platformRestarts") == 1 and closed and uids
+
+    first = wait_until(replaced_and_joined, timeout=JOB_TIMEOUT, interval=0.5, what="the first replacement running")
+    wait_for_step(cluster, namespace, last_step_now(cluster, namespace) + 40)  # it trains with the newcomer
+    cluster.kubectl("-n", namespace, "delete", "pod", "digits-worker-2", "--wait=false")
+    status = run_to_end(cluster, namespace)
+    assert status["phase"] == "Succeeded", status
+    after = _uids(cluster, namespace, "digits")
+    assert after["digits-worker-2"] not in (before["digits-worker-2"], first["digits-worker-2"]), "a second one"
+    assert {n: after[n] for n in ("digits-worker-0", "digits-worker-1")} == {
+        n: before[n] for n in ("digits-worker-0", "digits-worker-1")}, "the survivors were never replaced"
+    assert (status["attempt"], status["platformRestarts"], status["restarts"]) == (0, 2, 0), status
+    assert [r["how"] for r in status["recoveries"]] == ["PodReplaced", "PodReplaced"], status["recoveries"]
+    assert all("recoverySeconds" in r for r in status["recoveries"]), status["recoveries"]
+
+
+def last_step_now(cluster, namespace: str) -> int:
+    steps = parse_trainer_log(worker0_log(cluster, namespace)).steps
+    return steps[-1] if steps else 0
