@@ -56,7 +56,8 @@ def resolve_kueue(config: OperatorConfig) -> OperatorConfig:
     if config.kueue_mode == "off":
         log.info("Kueue off (--kueue=off): a kueue.x-k8s.io/queue-name label is ignored")
         return config
-    if not kueue.served(kube.api_client()):
+    # Whether the API server serves Kueue's Workloads (discovery; one request at start).
+    if not kube.serves(kube.api_client(), kueue.GROUP, kueue.VERSION, kueue.WORKLOADS):
         log.info(
             "the API server does not serve %s/%s workloads: no Kueue, a queue-name label is ignored",
             kueue.GROUP,

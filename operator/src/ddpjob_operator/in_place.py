@@ -15,10 +15,10 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import Any, cast
 
-from . import failure_class, recoveries
+from . import api, failure_class, failures, recoveries
 from .plan import Observed, Plan
 from .spec import IN_PLACE, JobSpec
-from .status import InPlace, JobStatus
+from .status import InPlace, JobStatus, LastFailure
 from .timefmt import format_time, parse_time
 
 # After a replacement pod runs, its agent joins the survivors' rendezvous and they restart their workers to take
@@ -161,3 +161,25 @@ def take_in(
         status, obs.now, recoveries.IN_PLACE, cause=None, message=message, done=True, scraped=obs.progress
     )
     return new
+
+
+def budget_spent(obs: Observed, spec: JobSpec, status: JobStatus) -> tuple[str, str, LastFailure] | None:
+    """The operator's count decides, not torchrun's (rendezvous.max_restarts): restarts in place past backoffLimit
+    fail the job (after a healthy stretch take_in reset them first: failure_class.py). (reason, message, the last
+    failure) to fail with, or None."""
+    limit = spec.run_policy.backoff_limit
+    if spec.run_policy.restart_strategy != IN_PLACE or status.get("restarts", 0) <= limit:
+        return None
+    message = (
+        f"trainer processes restarted in place {status['restarts']} times; backoffLimit {limit} reached after "
+        f"{limit} restarts"
+    )
+    last: LastFailure = {
+        "pod": api.worker_name(obs.job["metadata"]["name"], 0),
+        "kind": failures.UNKNOWN,
+        "failureClass": failure_class.TRAINER,
+        "reason": "RestartedInPlace",
+        "message": message,
+        "time": format_time(obs.now),
+    }
+    return "BackoffLimitExceeded", message, last

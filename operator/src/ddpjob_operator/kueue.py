@@ -24,9 +24,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from kubernetes import client
-
-from . import api, kube
+from . import api
 from . import conditions as c
 
 GROUP = "kueue.x-k8s.io"
@@ -57,11 +55,6 @@ NOT_READY_MESSAGE = "Not all pods are ready or succeeded"
 # The job's own condition and reasons
 QUEUED = "Queued"
 ADMITTED_REASON = "Admitted"
-
-
-def served(api_client: client.ApiClient) -> bool:
-    """Whether the API server serves Kueue's Workloads (discovery; one request at start)."""
-    return kube.serves(api_client, GROUP, VERSION, WORKLOADS)
 
 
 def slim_workload(body: Mapping[str, Any]) -> dict[str, Any]:

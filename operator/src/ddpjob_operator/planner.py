@@ -62,9 +62,9 @@ from .no_progress import (
 from .owner_refs import tracked
 from .placement_steps import running as is_running
 from .plan import Observed, Plan
-from .pod_sort import SortedPods, sort_pods
-from .restart_policy import RESTART, RestartBudget, RestartDecision, backoff_seconds, decide_restart
-from .spec import IN_PLACE, JobSpec, parse_spec
+from .pod_sort import SortedPods, replaced_uids, sort_pods
+from .restart_policy import RESTART, RestartBudget, backoff_seconds, decide_each, decide_restart
+from .spec import JobSpec, parse_spec
 from .status import JobStatus, LastFailure, status_of
 from .timefmt import format_time, parse_time
 
@@ -162,7 +162,7 @@ def _plan_steps(
 ) -> JobStatus:
     attempt = status["attempt"]
     replace_pod.forget_gone(status, obs.pods)
-    pods = sort_pods(obs.pods, attempt, status["replicas"], replace_pod.replaced_uids(status))
+    pods = sort_pods(obs.pods, attempt, status["replicas"], replaced_uids(status))
 
     blocked_names = ownership.plan_foreign_pods(obs, plan)
     if c.is_terminal(status.get("phase")):
@@ -416,7 +416,8 @@ def _failure_policy(
         # pod takes in only what ended pods' records say, not worker 0's scrape, for the same reason.
         in_place.take_in(obs, spec, status, plan, [f.in_place_restarts for f in found], scraped=not found)
     if not found:
-        return _in_place_budget_spent(obs, spec, status, plan)
+        spent = in_place.budget_spent(obs, spec, status)
+        return None if spent is None else _fail_with(obs, status, plan, *spent)
     settling = failures.deletion_settling(found, obs.now)
     if settling is not None:
         plan.requeue(settling)  # the job's or the namespace's own deletion may be about to show: decide nothing
@@ -428,7 +429,7 @@ def _failure_policy(
     platform = RestartBudget(limit=spec.run_policy.platform_failure_limit, used=counts.platform)
     decision = decide_restart(spec.restart_policy, cause, budget, platform)
     if decision.action == RESTART and len(found) > 1 and spec.fault_tolerance.torchft:
-        decision = within_budget(spec, found, counts) or decision
+        decision = decide_each(spec.restart_policy, spec.run_policy, found, counts.trainer, counts.platform) or decision
     last_failure: LastFailure = {
         "pod": cause.pod,
         "kind": cause.kind,
@@ -491,41 +492,12 @@ def _failure_policy(
     return out
 
 
-def _in_place_budget_spent(obs: Observed, spec: JobSpec, status: JobStatus, plan: Plan) -> JobStatus | None:
-    """InPlace: the operator's count decides, not torchrun's (rendezvous.max_restarts): restarts in place past
-    backoffLimit fail the job (after a healthy stretch in_place.take_in reset them first: failure_class.py)."""
-    limit = spec.run_policy.backoff_limit
-    if spec.run_policy.restart_strategy != IN_PLACE or status.get("restarts", 0) <= limit:
-        return None
-    message = (
-        f"trainer processes restarted in place {status['restarts']} times; backoffLimit {limit} reached after "
-        f"{limit} restarts"
-    )
-    out = _fail(obs, status, plan, "BackoffLimitExceeded", message)
-    out["lastFailure"] = {
-        "pod": api.worker_name(ref_name(obs), 0),
-        "kind": failures.UNKNOWN,
-        "failureClass": failure_class.TRAINER,
-        "reason": "RestartedInPlace",
-        "message": message,
-        "time": format_time(obs.now),
-    }
+def _fail_with(
+    obs: Observed, status: JobStatus, plan: Plan, reason: str, message: str, last_failure: LastFailure
+) -> JobStatus:
+    out = _fail(obs, status, plan, reason, message)
+    out["lastFailure"] = last_failure
     return out
-
-
-def within_budget(spec: JobSpec, found: list[failures.Failure], counts: failure_class.Counts) -> RestartDecision | None:
-    """Several replica groups lost at once: each is replaced alone and spends its class's budget, so each is
-    checked against what the ones before it left. The first that does not fit decides (None: all fit)."""
-    used = {failure_class.TRAINER: counts.trainer, failure_class.PLATFORM: counts.platform}
-    run = spec.run_policy
-    for failure in found:
-        budget = RestartBudget(limit=run.backoff_limit, used=used[failure_class.TRAINER])
-        platform = RestartBudget(limit=run.platform_failure_limit, used=used[failure_class.PLATFORM])
-        decision = decide_restart(spec.restart_policy, failure, budget, platform)
-        if decision.action != RESTART:
-            return decision
-        used[failure_class.class_of(failure)] += 1
-    return None
 
 
 def _fail(obs: Observed, status: JobStatus, plan: Plan, reason: str, message: str) -> JobStatus:

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from . import api
+from .status import JobStatus
 
 
 @dataclass(frozen=True)
@@ -14,6 +15,12 @@ class SortedPods:
     current: dict[int, dict[str, Any]]
     stale: list[dict[str, Any]]
     by_name: dict[str, dict[str, Any]]
+
+
+def replaced_uids(status: JobStatus) -> set[str]:
+    """Pods replaced alone (replace_pod.py): those being replaced and those replaced that still exist
+    (status.retiredUids)."""
+    return set((status.get("replacing") or {}).values()) | set(status.get("retiredUids") or [])
 
 
 def pod_attempt(pod: dict[str, Any]) -> int:

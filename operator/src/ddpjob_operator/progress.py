@@ -9,14 +9,16 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from . import api
+from . import api, failures
 from .metrics_fetch import DEADLINE_SECONDS, fetch_metrics
 from .plan import Observed
+from .pod_sort import replaced_uids
 from .spec import IN_PLACE, TORCHFT, trainer_container
+from .status import JobStatus
 from .timefmt import format_time, utcnow
 
 log = logging.getLogger("ddpjob.progress")
@@ -49,7 +51,7 @@ def metrics_url(obs: Observed) -> str | None:
         return None
     attempt = str(status.get("attempt", 0))
     torchft = ((obs.job.get("spec") or {}).get("faultTolerance") or {}).get("mode") == TORCHFT
-    replaced = set((status.get("replacing") or {}).values()) | set(status.get("retiredUids") or [])
+    replaced = replaced_uids(cast(JobStatus, status))
     candidates: list[tuple[int, str]] = []
     for pod in obs.pods:
         labels = pod["metadata"].get("labels", {})
@@ -94,10 +96,7 @@ def _live(pod: dict[str, Any], obs: Observed, replaced: set[str]) -> bool:
     if pod["metadata"].get("uid") in replaced or pod["metadata"].get("deletionTimestamp"):
         return False
     name = (pod.get("spec") or {}).get("nodeName")
-    if not name:
-        return True
-    conditions = ((obs.nodes.get(name) or {}).get("status") or {}).get("conditions") or []
-    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+    return not name or failures.node_ready(obs.nodes.get(name))[0]
 
 
 def _pod_metrics_url(pod: dict[str, Any]) -> str | None:

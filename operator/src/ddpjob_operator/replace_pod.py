@@ -42,11 +42,6 @@ LOST_KINDS = (
 )
 
 
-def replaced_uids(status: JobStatus) -> set[str]:
-    """Pods replaced alone: those being replaced and those replaced that still exist (status.retiredUids)."""
-    return set((status.get("replacing") or {}).values()) | set(status.get("retiredUids") or [])
-
-
 def forget_gone(status: JobStatus, pods: list[dict[str, Any]]) -> None:
     """A replaced pod's uid is kept until the pod is gone; then it is forgotten."""
     if not status.get("retiredUids"):

@@ -5,7 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from . import failures as f
-from .failure_class import PLATFORM, class_of
+from .failure_class import PLATFORM, TRAINER, class_of
+from .spec import RunPolicy
 
 RESTART = "Restart"
 FAIL = "Fail"
@@ -76,3 +77,20 @@ def backoff_seconds(base: int, restarts: int) -> int:
     if base <= 0 or restarts <= 0:
         return 0
     return min(BACKOFF_CAP_SECONDS, base * 2 ** min(restarts - 1, 16))
+
+
+def decide_each(
+    policy: str, run: RunPolicy, found: list[f.Failure], trainer_used: int, platform_used: int
+) -> RestartDecision | None:
+    """Several failures handled one by one (TorchFT replica groups lost at once, each replaced alone and spending
+    its class's budget): each is checked against what the ones before it left. The first that does not fit
+    decides (None: all fit)."""
+    used = {TRAINER: trainer_used, PLATFORM: platform_used}
+    for failure in found:
+        budget = RestartBudget(limit=run.backoff_limit, used=used[TRAINER])
+        platform = RestartBudget(limit=run.platform_failure_limit, used=used[PLATFORM])
+        decision = decide_restart(policy, failure, budget, platform)
+        if decision.action != RESTART:
+            return decision
+        used[class_of(failure)] += 1
+    return None
