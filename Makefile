@@ -14,7 +14,7 @@ UPGRADE_PACKAGE ?=
 # What `make lint` covers; tests/ is outside the gate.
 LINT_PATHS := operator trainer_image bench hack/localnode $(wildcard hack/*.py)
 
-.PHONY: help setup venv lock tools kueue-tools kueue-up kueue-down cluster-up cluster-down cluster-status test test-unit test-integration test-trainer test-e2e test-chart test-chaos demo operator bench lint
+.PHONY: help setup venv lock tools node-tools kueue-tools kueue-up kueue-down cluster-up cluster-down cluster-status test test-unit test-integration test-trainer test-e2e test-realnode test-chart test-chaos demo operator bench lint
 
 help: ## Show this help
 	@grep -hE '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  \033[36m%-18s\033[0m %s\n", $$1, $$2}'
@@ -31,9 +31,14 @@ lock: venv ## Regenerate hack/requirements.lock (hashed) and trainer_image/const
 tools: ## Build the pinned kube-apiserver, controller-manager, scheduler, kubectl, etcd, kwok, helm into .cache/bin
 	@bash hack/build-tools.sh
 
-cluster-up: setup ## Start the local control plane with kwok GPU nodes (NODES=4 GPUS_PER_NODE=8); LOCAL_NODES=N adds N local node agents
+node-tools: setup ## Build the real nodes' kubelet, kube-proxy, containerd 2.x, CNI plugins and crictl; install runc, buildah (Debian)
+	@bash hack/build-tools.sh node
+	@bash hack/install-node-packages.sh
+
+cluster-up: setup ## Start the local control plane with kwok GPU nodes (NODES=4 GPUS_PER_NODE=8); LOCAL_NODES=N adds N local node agents, KUBELET_NODES=N real kubelets
 	@NODES=$(NODES) GPUS_PER_NODE=$(GPUS_PER_NODE) bash hack/cluster.sh up
 	@if [ -n "$(LOCAL_NODES)" ]; then LOCAL_NODES=$(LOCAL_NODES) $(PY) -m ddpjob_localnode start --all; fi
+	@if [ -n "$(KUBELET_NODES)" ]; then $(MAKE) --no-print-directory node-tools && bash hack/realnode.sh up $(KUBELET_NODES); fi
 
 kueue-tools: setup ## Build Kueue's pinned manager into .cache/bin (hack/tools/kueue; about 10 minutes the first time)
 	@bash hack/build-tools.sh kueue
@@ -58,7 +63,7 @@ lint: venv ## Lint and type-check: ruff check, ruff format --check, mypy (settin
 	@ruff format --check $(LINT_PATHS)
 	@mypy
 
-test: setup kueue-tools lint ## Lint, then run the whole test suite (unit, trainer, integration, e2e, chart, chaos)
+test: setup kueue-tools node-tools lint ## Lint, then run the whole test suite (unit, trainer, integration, e2e, realnode, chart, chaos)
 	@$(PY) -m pytest tests bench/tests $(PYTEST_ARGS)
 
 test-unit: setup ## Run only the pure unit tests (no cluster)
@@ -72,6 +77,9 @@ test-trainer: setup ## Run the torchrun trainer tests on CPU (gloo)
 
 test-e2e: setup ## Run whole jobs on the local cluster with the local node
 	@$(PY) -m pytest tests/e2e $(PYTEST_ARGS)
+
+test-realnode: setup node-tools ## Run the suites on two real nodes (kubelet + containerd 2.x; root; docs/real-nodes.md)
+	@$(PY) -m pytest tests/realnode $(PYTEST_ARGS)
 
 test-chart: setup ## Run the Helm chart tests
 	@$(PY) -m pytest tests/chart $(PYTEST_ARGS)

@@ -11,11 +11,11 @@ mkdir -p "$bin"
 shared_cache=${DDPJOB_TOOLS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/ddpjob-operator/bin}
 export GOFLAGS=-mod=mod GOTOOLCHAIN=local CGO_ENABLED=0
 
-build() { # build <tool-dir> <output-name> <package> [extra ldflags]
-  local dir="$root/hack/tools/$1" out="$2" pkg="$3" ldflags="-s -w ${4:-}"
+build() { # build <tool-dir> <output-name> <package> [extra ldflags] [build tags]
+  local dir="$root/hack/tools/$1" out="$2" pkg="$3" ldflags="-s -w ${4:-}" tags="${5:-}"
   local stamp="$bin/.$out.stamp"
   local want
-  want=$( (cat "$dir"/go.mod "$dir"/go.sum "$dir"/*.go 2>/dev/null; echo "$ldflags") | sha256sum | cut -c1-16)-$(go env GOVERSION)
+  want=$( (cat "$dir"/go.mod "$dir"/go.sum "$dir"/*.go 2>/dev/null; echo "$ldflags${tags:+ tags=$tags}") | sha256sum | cut -c1-16)-$(go env GOVERSION)
   if [[ -x "$bin/$out" && -f "$stamp" && "$(cat "$stamp")" == "$want" ]]; then
     return 0
   fi
@@ -28,7 +28,7 @@ build() { # build <tool-dir> <output-name> <package> [extra ldflags]
   fi
   echo ">> building $out from $pkg"
   local t0=$SECONDS
-  (cd "$dir" && go build -trimpath -ldflags="$ldflags" -o "$bin/$out" "$pkg")
+  (cd "$dir" && go build -trimpath -tags="$tags" -ldflags="$ldflags" -o "$bin/$out" "$pkg")
   echo "$want" >"$stamp"
   mkdir -p "$shared_cache" && cp "$bin/$out" "$shared.tmp" && mv "$shared.tmp" "$shared"
   echo ">> $out built in $((SECONDS - t0))s"
@@ -39,6 +39,28 @@ if [[ ${1:-} == kueue ]]; then
   # database (404): its hash is pinned in hack/tools/kueue/go.sum instead.
   export GONOSUMDB=sigs.k8s.io/scheduler-library
   build kueue kueue sigs.k8s.io/kueue/cmd/kueue
+  exit 0
+fi
+
+if [[ ${1:-} == node ]]; then
+  kube_version=$(grep -oE 'k8s.io/kubernetes v[0-9.]+' "$root/hack/tools/kubelet/go.mod" | head -1 | cut -d' ' -f2)
+  kv=""
+  for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+    kv+=" -X $pkg.gitVersion=$kube_version -X $pkg.gitMajor=1 -X $pkg.gitMinor=$(echo "$kube_version" | cut -d. -f2)"
+    kv+=" -X $pkg.gitTreeState=clean"
+  done
+  build kubelet kubelet k8s.io/kubernetes/cmd/kubelet "$kv"
+  build kubelet kube-proxy k8s.io/kubernetes/cmd/kube-proxy "$kv"
+  ctr_version=$(grep -oE 'containerd/containerd/v2 v[0-9.]+' "$root/hack/tools/containerd/go.mod" | head -1 | cut -d' ' -f2)
+  cv="-X github.com/containerd/containerd/v2/version.Version=$ctr_version"
+  # No cgo: the btrfs snapshotter (cgo) is left out; the nodes use overlayfs.
+  build containerd containerd github.com/containerd/containerd/v2/cmd/containerd "$cv" no_btrfs
+  build containerd containerd-shim-runc-v2 github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2 "$cv"
+  build containerd ctr github.com/containerd/containerd/v2/cmd/ctr "$cv"
+  for plugin in main/bridge ipam/host-local main/loopback; do
+    build cni "cni-${plugin#*/}" "github.com/containernetworking/plugins/plugins/$plugin"
+  done
+  build crictl crictl sigs.k8s.io/cri-tools/cmd/crictl
   exit 0
 fi
 

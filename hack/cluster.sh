@@ -261,6 +261,8 @@ down_processes() {
 }
 
 down() {
+  # Real nodes first (hack/realnode.sh): their containers, mounts, bridges and cgroups outlive a killed kubelet.
+  [[ -d "$dir/realnodes" ]] && bash "$root/hack/realnode.sh" down
   down_processes
   # Extra processes registered by the project's other tools (operator, local node agent) also leave pid files.
   if [[ -d "$dir/pids" ]]; then

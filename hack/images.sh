@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# Images for the real nodes, built with buildah and no image registry (docs/real-nodes.md):
+#
+#   hack/images.sh base        the Debian bookworm + Python base made here by mmdebstrap from Debian's packages
+#   hack/images.sh load        import every built image into each running real node's containerd
+#   hack/images.sh list        the built images: name, archive, size
+#
+# Every image is an OCI archive in $DDPJOB_IMAGES_DIR (default ~/.cache/ddpjob-operator/images), outside the
+# checkout like the Go tools, named after a hash of its inputs: it is rebuilt only when they change.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+bin="$root/.cache/bin"
+dir=${CLUSTER_DIR:-$root/.local-cluster}
+images_dir=${DDPJOB_IMAGES_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/ddpjob-operator/images}
+run_dir=${DDPJOB_REALNODE_RUN:-/run/ddpjob-realnodes}
+DEBIAN_MIRROR=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
+# What the base holds: Python as the python:3.11-slim image has it (python, pip that installs system-wide), the
+# user tools the Dockerfiles call (groupadd, useradd), and CA certificates.
+BASE_PACKAGES=python3,python3-pip,python-is-python3,passwd,ca-certificates
+BASE_NAME=localhost/ddpjob/debian-python:bookworm
+mkdir -p "$images_dir"
+
+log() { echo ">> $*" >&2; }
+
+recipe_hash() { (cat "$@"; echo "$BASE_PACKAGES") | sha256sum | cut -c1-16; }
+
+# An archive's path for NAME with the hash of its inputs; the current one is linked as NAME.oci.tar.
+archive() { echo "$images_dir/$1-$2.oci.tar"; }
+
+base() {
+  local want out
+  want=$(recipe_hash "$0")
+  out=$(archive debian-python "$want")
+  if [[ -f "$out" ]]; then ln -sfn "$out" "$images_dir/debian-python.oci.tar"; echo "$out"; return 0; fi
+  local t0=$SECONDS work c
+  work=$(mktemp -d)
+  log "making the Debian bookworm + Python base with mmdebstrap ($BASE_PACKAGES)"
+  mmdebstrap --quiet --variant=minbase --include="$BASE_PACKAGES" \
+    --customize-hook='rm -f "$1"/usr/lib/python3*/EXTERNALLY-MANAGED' \
+    --customize-hook='rm -rf "$1"/var/lib/apt/lists/* "$1"/var/cache/apt/*' \
+    bookworm "$work/rootfs.tar" "$DEBIAN_MIRROR" >&2
+  c=$(buildah from scratch)
+  buildah add --quiet "$c" "$work/rootfs.tar" / >/dev/null
+  buildah config --env PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin --env LANG=C.UTF-8 \
+    --cmd '["python3"]' "$c"
+  buildah commit --rm --quiet "$c" "oci-archive:$out.tmp:$BASE_NAME" >/dev/null
+  mv "$out.tmp" "$out"
+  ln -sfn "$out" "$images_dir/debian-python.oci.tar"
+  rm -rf "$work"
+  log "base built in $((SECONDS - t0))s: $(du -h "$out" | cut -f1) ($out)"
+  echo "$out"
+}
+
+load() { # import every current image (the NAME.oci.tar links) into each running real node's containerd
+  local sock i image ref
+  for sock in "$run_dir"/node-*/containerd.sock; do
+    [[ -S $sock ]] || continue
+    i=${sock%/containerd.sock}; i=${i##*/node-}
+    for image in "$images_dir"/*.oci.tar; do
+      [[ -L $image ]] || continue
+      ref=$(tar -xOf "$image" index.json | python3 -c 'import json,sys; print(json.load(sys.stdin)["manifests"][0]["annotations"]["org.opencontainers.image.ref.name"])')
+      local digest
+      digest=$(tar -xOf "$image" index.json | python3 -c 'import json,sys; print(json.load(sys.stdin)["manifests"][0]["digest"])')
+      if "$bin/ctr" --address "$sock" -n k8s.io images ls 2>/dev/null | awk -v r="$ref" -v d="$digest" '$1 == r && $3 == d' | grep -q .; then
+        continue
+      fi
+      local t0=$SECONDS
+      "$bin/ctr" --address "$sock" -n k8s.io images import "$(readlink -f "$image")" >/dev/null
+      log "loaded $ref into realnode-$i in $((SECONDS - t0))s"
+    done
+  done
+}
+
+list() {
+  local image
+  for image in "$images_dir"/*.oci.tar; do
+    [[ -L $image ]] || continue
+    printf '%-40s %8s  %s\n' "$(basename "$image" .oci.tar)" "$(du -hL "$image" | cut -f1)" "$(readlink -f "$image")"
+  done
+}
+
+case ${1:-} in
+  base) base >/dev/null ;;
+  load) load ;;
+  list) list ;;
+  *) echo "usage: $0 base|load|list" >&2; exit 2 ;;
+esac

@@ -1,0 +1,376 @@
+#!/usr/bin/env bash
+# Real nodes for the local cluster: each a kubelet of the control plane's own release (v1.36) with a containerd 2.x
+# of its own, runc (Debian's) and the CNI bridge plugin, all built by `hack/build-tools.sh node` from official Go
+# modules. Needs root (containerd, mounts, network namespaces, cgroups); docs/real-nodes.md says what else.
+#
+#   hack/realnode.sh up N     start nodes realnode-0..N-1 on the running local cluster and wait until Ready
+#   hack/realnode.sh down     stop them and remove every process, container, mount, network namespace, bridge,
+#                             iptables rule and cgroup they made
+#   hack/realnode.sh status   say which are up
+#   hack/realnode.sh left     print what of theirs is still on the machine (nothing after `down`)
+#   hack/realnode.sh stop I | start I    stop or start node I's kubelet only (a lost node)
+#
+# Two nodes share this machine's kernel, so each has its own of everything a kubelet or containerd would take
+# for its own: state, root and socket directories, kubelet ports, a cgroup root (/ddpjob-realnode-I in every
+# controller), a bridge (ddpjbrI) and a pod range (10.244.I.0/24). The bridge's gateway, 10.244.I.1, is the node's
+# InternalIP (the kubelet refuses a loopback one): an address inside this machine, where the kubelet listens. Pods get routes to the pod and service ranges
+# only, never a default route; nothing is masqueraded; the host forwards between the pod bridges and drops every
+# other forwarded packet, so nothing a pod sends leaves the machine.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+bin="$root/.cache/bin"
+dir=${CLUSTER_DIR:-$root/.local-cluster}
+nodes_dir="$dir/realnodes"
+run_dir=${DDPJOB_REALNODE_RUN:-/run/ddpjob-realnodes} # sockets: a short path (unix sockets allow 108 bytes)
+images_dir=${DDPJOB_IMAGES_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/ddpjob-operator/images}
+APISERVER_PORT=${APISERVER_PORT:-26443}
+POD_RANGE=10.244.0.0/16
+SERVICE_RANGE=10.96.0.0/16
+PAUSE_IMAGE=localhost/ddpjob/pause:3.10
+CHAIN=DDPJOB-REALNODES
+RUNC=${RUNC:-$(command -v runc || echo /usr/sbin/runc)}
+
+log() { echo ">> $*" >&2; }
+kubectl_() { "$bin/kubectl" --kubeconfig "$dir/kubeconfig" "$@"; }
+name_of() { echo "realnode-$1"; }
+node_dir() { echo "$nodes_dir/node-$1"; }
+sock_of() { echo "$run_dir/node-$1/containerd.sock"; }
+crictl_() { local i=$1; shift; "$bin/crictl" --runtime-endpoint "unix://$(sock_of "$i")" --timeout 20s "$@"; }
+ctr_() { local i=$1; shift; "$bin/ctr" --address "$(sock_of "$i")" --namespace k8s.io "$@"; }
+pid_alive() { local f="$dir/pids/$1.pid"; [[ -f "$f" ]] && kill -0 "$(cat "$f")" 2>/dev/null; }
+
+wait_for() { # wait_for SECONDS DESCRIPTION COMMAND...
+  local secs=$1 what=$2; shift 2
+  local deadline=$((SECONDS + secs))
+  until "$@" >/dev/null 2>&1; do
+    if ((SECONDS > deadline)); then log "timed out waiting for $what (logs: $nodes_dir/*/logs)"; return 1; fi
+    sleep 0.25
+  done
+}
+
+# --- the pause image: built here from Kubernetes' own pause.c, as registry.k8s.io/pause is -------------------
+pause_image() {
+  local out="$images_dir/pause-3.10.oci.tar"
+  [[ -f "$out" ]] && { echo "$out"; return 0; }
+  mkdir -p "$images_dir"
+  local src work
+  src=$(cd "$root/hack/tools/kubelet" && GOFLAGS=-mod=mod go list -m -f '{{.Dir}}' k8s.io/kubernetes)/build/pause/linux
+  work=$(mktemp -d)
+  gcc -Os -Wall -Werror -static -DVERSION=v3.10-ddpjob -o "$work/pause" "$src/pause.c"
+  strip "$work/pause"
+  local c
+  c=$(buildah from scratch)
+  buildah copy "$c" "$work/pause" /pause >/dev/null
+  buildah config --entrypoint '["/pause"]' --user 65535:65535 "$c"
+  buildah commit --rm -q "$c" "oci-archive:$out.tmp:$PAUSE_IMAGE" >/dev/null
+  mv "$out.tmp" "$out"
+  rm -rf "$work"
+  echo "$out"
+}
+
+# --- one node -----------------------------------------------------------------------------------------------
+write_node_pki() { # the kubelet's client identity: system:node:NAME in group system:nodes (Node authorizer)
+  local i=$1 name d pki="$dir/pki"
+  name=$(name_of "$i") d=$(node_dir "$i")
+  mkdir -p "$d/pki"
+  if [[ ! -f "$d/pki/kubelet-client.crt" ]]; then
+    openssl genrsa -out "$d/pki/kubelet-client.key" 2048 2>/dev/null
+    openssl req -new -key "$d/pki/kubelet-client.key" -subj "/O=system:nodes/CN=system:node:$name" \
+      -out "$d/pki/kubelet-client.csr" 2>/dev/null
+    openssl x509 -req -in "$d/pki/kubelet-client.csr" -CA "$pki/ca.crt" -CAkey "$pki/ca.key" -CAcreateserial \
+      -out "$d/pki/kubelet-client.crt" -days 3650 2>/dev/null
+  fi
+  cat >"$d/kubeconfig" <<EOF
+apiVersion: v1
+kind: Config
+clusters:
+- name: local
+  cluster:
+    server: https://127.0.0.1:$APISERVER_PORT
+    certificate-authority: $pki/ca.crt
+users:
+- name: $name
+  user:
+    client-certificate: $d/pki/kubelet-client.crt
+    client-key: $d/pki/kubelet-client.key
+contexts:
+- name: local
+  context: {cluster: local, user: $name}
+current-context: local
+EOF
+}
+
+write_node_config() {
+  local i=$1 d sock
+  d=$(node_dir "$i") sock=$(sock_of "$i")
+  mkdir -p "$d/logs" "$d/cni-conf" "$d/cni-bin" "$d/containerd" "$d/kubelet" "$run_dir/node-$i"
+  for plugin in bridge host-local loopback; do ln -sf "$bin/cni-$plugin" "$d/cni-bin/$plugin"; done
+  cat >"$d/containerd.toml" <<EOF
+version = 3
+root = "$d/containerd"
+state = "$run_dir/node-$i/containerd"
+[grpc]
+  address = "$sock"
+[ttrpc]
+  address = "$sock.ttrpc"
+[debug]
+  level = "info"
+[plugins.'io.containerd.cri.v1.runtime']
+  # No CAP_SYS_RESOURCE here: nothing may lower an OOM score below the daemon's own.
+  restrict_oom_score_adj = true
+  [plugins.'io.containerd.cri.v1.runtime'.containerd]
+    default_runtime_name = "runc"
+    [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+      [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc.options]
+        BinaryName = "$RUNC"
+        Root = "$run_dir/node-$i/runc"
+        SystemdCgroup = false
+  [plugins.'io.containerd.cri.v1.runtime'.cni]
+    bin_dirs = ["$d/cni-bin"]
+    conf_dir = "$d/cni-conf"
+[plugins.'io.containerd.cri.v1.images']
+  snapshotter = "overlayfs"
+  [plugins.'io.containerd.cri.v1.images'.pinned_images]
+    sandbox = "$PAUSE_IMAGE"
+[plugins.'io.containerd.grpc.v1.cri']
+  stream_server_address = "127.0.0.1"
+  stream_server_port = "0"
+[plugins.'io.containerd.nri.v1.nri']
+  disable = true
+EOF
+  cat >"$d/cni-conf/10-ddpjob.conflist" <<EOF
+{
+  "cniVersion": "1.0.0",
+  "name": "ddpjob-realnode-$i",
+  "plugins": [{
+    "type": "bridge", "bridge": "ddpjbr$i", "isGateway": true, "isDefaultGateway": false,
+    "ipMasq": false, "hairpinMode": true,
+    "ipam": {
+      "type": "host-local", "dataDir": "$d/cni-ipam",
+      "ranges": [[{"subnet": "10.244.$i.0/24", "gateway": "10.244.$i.1"}]],
+      "routes": [{"dst": "$POD_RANGE"}, {"dst": "$SERVICE_RANGE"}]
+    }
+  }]
+}
+EOF
+  cat >"$d/kubelet.yaml" <<EOF
+apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+# This machine mounts cgroup v1 controllers and runs no systemd.
+failCgroupV1: false
+cgroupDriver: cgroupfs
+cgroupRoot: /ddpjob-realnode-$i
+cgroupsPerQOS: true
+containerRuntimeEndpoint: unix://$sock
+address: 10.244.$i.1
+port: $((20350 + i))
+healthzBindAddress: 127.0.0.1
+healthzPort: $((20370 + i))
+readOnlyPort: 0
+authentication:
+  anonymous: {enabled: false}
+  webhook: {enabled: true}
+  x509: {clientCAFile: $dir/pki/ca.crt}
+authorization: {mode: Webhook}
+clusterDomain: cluster.local
+failSwapOn: false
+protectKernelDefaults: false
+serializeImagePulls: false
+# The images are loaded into this node's containerd, never pulled: nothing may be garbage-collected away.
+imageGCHighThresholdPercent: 100
+evictionHard: {memory.available: "100Mi", nodefs.available: "2%", imagefs.available: "2%"}
+podPidsLimit: 4096
+# Only pods meant for a real node land here: the other suites' pods target kwok or the local node agents.
+registerWithTaints: [{key: ddpjob.dev/real-node, value: "true", effect: NoSchedule}]
+EOF
+}
+
+start_node() {
+  local i=$1 name d
+  name=$(name_of "$i") d=$(node_dir "$i")
+  mkdir -p "$dir/pids"
+  if ! pid_alive "$name-containerd"; then
+    setsid "$bin/containerd" --config "$d/containerd.toml" >>"$d/logs/containerd.log" 2>&1 </dev/null &
+    echo $! >"$dir/pids/$name-containerd.pid"
+  fi
+  wait_for 60 "$name's containerd" crictl_ "$i" version
+  if ! ctr_ "$i" images ls -q | grep -qx "$PAUSE_IMAGE"; then
+    ctr_ "$i" images import --no-unpack "$(pause_image)" >/dev/null
+  fi
+  start_kubelet "$i"
+}
+
+make_bridge() { # the node's bridge, made before its first pod: its gateway address is the node's host-only IP
+  local i=$1
+  ip link show "ddpjbr$i" >/dev/null 2>&1 || ip link add "ddpjbr$i" type bridge
+  ip -4 addr show dev "ddpjbr$i" | grep -q "10.244.$i.1/24" || ip addr add "10.244.$i.1/24" dev "ddpjbr$i"
+  ip link set "ddpjbr$i" up
+}
+
+make_cgroup_root() { # the kubelet wants its cgroupRoot to exist in every hierarchy it uses
+  local i=$1 h
+  for h in /sys/fs/cgroup/*/; do
+    h=${h%/}
+    [[ ${h##*/} == unified ]] && continue
+    mkdir -p "$h/ddpjob-realnode-$i"
+    if [[ -f "$h/cpuset.cpus" ]]; then # a new cpuset starts empty: no task may join it until it has CPUs and mems
+      cat "$h/cpuset.cpus" >"$h/ddpjob-realnode-$i/cpuset.cpus"
+      cat "$h/cpuset.mems" >"$h/ddpjob-realnode-$i/cpuset.mems"
+    fi
+  done
+}
+
+start_kubelet() {
+  local i=$1 name d
+  name=$(name_of "$i") d=$(node_dir "$i")
+  pid_alive "$name-kubelet" && return 0
+  make_cgroup_root "$i"
+  make_bridge "$i"
+  PATH="$bin:$PATH" setsid "$bin/kubelet" --config="$d/kubelet.yaml" --kubeconfig="$d/kubeconfig" \
+    --root-dir="$d/kubelet" --cert-dir="$d/pki" --hostname-override="$name" --node-ip="10.244.$i.1" \
+    --node-labels="ddpjob.dev/real-node=true,ddpjob.dev/pod-range=10.244.$i.0-24" \
+    --v=1 \
+    >>"$d/logs/kubelet.log" 2>&1 </dev/null &
+  echo $! >"$dir/pids/$name-kubelet.pid"
+}
+
+stop_pid() {
+  local f="$dir/pids/$1.pid"
+  [[ -f "$f" ]] || return 0
+  local pid; pid=$(cat "$f")
+  if kill -0 "$pid" 2>/dev/null; then
+    kill -TERM "$pid" 2>/dev/null || true
+    for _ in $(seq 1 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+    kill -KILL "$pid" 2>/dev/null || true
+  fi
+  rm -f "$f"
+}
+
+node_ready() {
+  [[ $(kubectl_ get node "$(name_of "$1")" -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}') == True ]]
+}
+
+# --- the host's side: forwarding between the pod bridges only ------------------------------------------------
+open_forwarding() {
+  mkdir -p "$nodes_dir"
+  [[ -f "$nodes_dir/ip_forward.saved" ]] || cat /proc/sys/net/ipv4/ip_forward >"$nodes_dir/ip_forward.saved"
+  if ! iptables -w -n -L "$CHAIN" >/dev/null 2>&1; then
+    iptables -w -N "$CHAIN"
+    iptables -w -A "$CHAIN" -s "$POD_RANGE" -d "$POD_RANGE" -j ACCEPT
+    # Everything else forwarded is dropped: before the nodes this machine forwarded nothing at all.
+    iptables -w -A "$CHAIN" -j DROP
+    iptables -w -I FORWARD 1 -j "$CHAIN"
+  fi
+  echo 1 >/proc/sys/net/ipv4/ip_forward
+}
+
+close_forwarding() {
+  if iptables -w -n -L "$CHAIN" >/dev/null 2>&1; then
+    while iptables -w -D FORWARD -j "$CHAIN" 2>/dev/null; do :; done
+    iptables -w -F "$CHAIN" && iptables -w -X "$CHAIN"
+  fi
+  if [[ -f "$nodes_dir/ip_forward.saved" ]]; then
+    cat "$nodes_dir/ip_forward.saved" >/proc/sys/net/ipv4/ip_forward
+  fi
+}
+
+# --- commands -----------------------------------------------------------------------------------------------
+up() {
+  local n=${1:-2} i t0=$SECONDS
+  ((n > 0)) || return 0
+  [[ $(id -u) == 0 ]] || { log "real nodes need root (containerd, mounts, network namespaces)"; exit 1; }
+  for t in kubelet containerd containerd-shim-runc-v2 ctr crictl cni-bridge cni-host-local cni-loopback; do
+    [[ -x "$bin/$t" ]] || { log "missing $bin/$t: run 'hack/build-tools.sh node' (make node-tools)"; exit 1; }
+  done
+  command -v buildah >/dev/null && [[ -x $RUNC ]] || { log "missing runc or buildah: run 'make node-tools'"; exit 1; }
+  [[ -f "$dir/pki/ca.key" ]] || { log "no local cluster in $dir: run 'make cluster-up' first"; exit 1; }
+  open_forwarding
+  for ((i = 0; i < n; i++)); do
+    write_node_pki "$i"
+    write_node_config "$i"
+    # containerd-shim-runc-v2 is found on containerd's PATH.
+    PATH="$bin:$PATH" start_node "$i"
+  done
+  for ((i = 0; i < n; i++)); do wait_for 120 "$(name_of "$i") Ready" node_ready "$i"; done
+  log "$n real node(s) Ready in $((SECONDS - t0))s"
+}
+
+remove_node() { # everything node I made, whether or not its daemons still run
+  local i=$1 name d
+  name=$(name_of "$i") d=$(node_dir "$i")
+  stop_pid "$name-kubelet"
+  if pid_alive "$name-containerd"; then
+    # Pod sandboxes first: their network namespaces, CNI addresses and mounts go with them.
+    crictl_ "$i" rmp --all --force >/dev/null 2>&1 || true
+  fi
+  stop_pid "$name-containerd"
+  # Shims outlive containerd by design; kill them and the containers under them.
+  local pids
+  pids=$(pgrep -f "containerd-shim-runc-v2 .*-address $run_dir/node-$i/" || true)
+  for pid in $pids; do pkill -KILL -P "$pid" 2>/dev/null || true; kill -KILL "$pid" 2>/dev/null || true; done
+  # Mounts under the node's directories (overlay rootfs, shm, volumes, netns bind mounts), deepest first.
+  local m
+  for m in $(awk '{print $2}' /proc/self/mounts | grep -E "^($d|$run_dir/node-$i)(/|$)" | sort -r); do
+    umount -l "$m" 2>/dev/null || true
+  done
+  ip link del "ddpjbr$i" 2>/dev/null || true
+  # cgroups: every controller's /ddpjob-realnode-I, deepest first, once its processes are gone.
+  local cg
+  for cg in /sys/fs/cgroup/*/ddpjob-realnode-"$i"; do
+    [[ -d $cg ]] || continue
+    find "$cg" -depth -type d -exec sh -c 'for p in $(cat "$1/cgroup.procs" 2>/dev/null); do kill -KILL "$p" 2>/dev/null; done; rmdir "$1" 2>/dev/null' _ {} \; || true
+  done
+  rm -rf "$d" "$run_dir/node-$i"
+  kubectl_ delete node "$name" --wait=false >/dev/null 2>&1 || true
+}
+
+down() {
+  local i
+  if [[ -d "$nodes_dir" ]]; then
+    for d in "$nodes_dir"/node-*; do [[ -d $d ]] && remove_node "${d##*/node-}"; done
+  fi
+  # Network namespaces CNI made for this cluster's pods that a crashed containerd left behind.
+  for ns in $(ip netns list 2>/dev/null | awk '{print $1}' | grep '^cni-' || true); do
+    if ip netns exec "$ns" ip -4 -o addr 2>/dev/null | grep -q ' 10\.244\.'; then ip netns del "$ns" || true; fi
+  done
+  close_forwarding
+  rm -rf "$nodes_dir" "$run_dir"
+  # The shims' socket directory is containerd's own (/run/containerd/s, whatever the state dir): empty now.
+  [[ -d /run/containerd ]] && find /run/containerd -depth -type d -empty -delete 2>/dev/null || true
+  log "real nodes stopped and their state removed"
+}
+
+left() { # what of the real nodes is still on this machine: empty after `down`
+  pgrep -af "($bin/kubelet|$bin/containerd|containerd-shim-runc-v2 .*-address $run_dir)" || true
+  awk '{print $2}' /proc/self/mounts | grep -E "^($nodes_dir|$run_dir)(/|$)" || true
+  ip -o link show 2>/dev/null | awk -F': ' '{print $2}' | grep -E '^ddpjbr[0-9]+' || true
+  ls -d /sys/fs/cgroup/*/ddpjob-realnode-* 2>/dev/null || true
+  iptables -w -n -L "$CHAIN" >/dev/null 2>&1 && echo "iptables chain $CHAIN" || true
+  [[ -d /run/containerd/s ]] && find /run/containerd/s -mindepth 1 || true
+  for ns in $(ip netns list 2>/dev/null | awk '{print $1}' | grep '^cni-' || true); do
+    ip netns exec "$ns" ip -4 -o addr 2>/dev/null | grep -q ' 10\.244\.' && echo "netns $ns"
+  done
+  true
+}
+
+status() {
+  local d i name up=0
+  for d in "$nodes_dir"/node-*; do
+    [[ -d $d ]] || continue
+    i=${d##*/node-} name=$(name_of "$i")
+    if pid_alive "$name-kubelet" && pid_alive "$name-containerd"; then echo "$name: running"; up=$((up + 1))
+    else echo "$name: stopped"; fi
+  done
+  echo "real nodes running: $up"
+}
+
+case ${1:-} in
+  up) up "${2:-2}" ;;
+  down) down ;;
+  status) status ;;
+  left) left ;;
+  stop) stop_pid "$(name_of "$2")-kubelet" ;;
+  start) start_kubelet "$2" ;;
+  *) echo "usage: $0 up N|down|status|left|stop I|start I" >&2; exit 2 ;;
+esac
