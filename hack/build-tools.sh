@@ -61,6 +61,7 @@ if [[ ${1:-} == node ]]; then
     build cni "cni-${plugin#*/}" "github.com/containernetworking/plugins/plugins/$plugin"
   done
   build crictl crictl sigs.k8s.io/cri-tools/cmd/crictl
+  build coredns coredns github.com/coredns/coredns
   exit 0
 fi
 

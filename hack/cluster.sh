@@ -109,6 +109,8 @@ make_pki() {
 # --- processes ----------------------------------------------------------------------------------------------
 cmdline() {
   local pki="$dir/pki"
+  local ENDPOINTSLICES=",-endpointslice-controller"
+  [[ -f "$dir/realnodes/endpointslices" ]] && ENDPOINTSLICES=""
   case $1 in
     etcd) echo "$bin/etcd --name=ddpjob-local --data-dir=$dir/etcd \
       --listen-client-urls=http://127.0.0.1:$ETCD_PORT --advertise-client-urls=http://127.0.0.1:$ETCD_PORT \
@@ -129,12 +131,14 @@ cmdline() {
       --max-mutating-requests-inflight=500 --endpoint-reconciler-type=none $APISERVER_GANG --v=1" ;;
     # No endpoints/EndpointSlice controllers: nothing here resolves a Service through them (the local node writes
     # /etc/hosts; kwok pods are not reached), and they refuse loopback pod IPs with a warning event on every job.
+    # Real nodes (hack/realnode.sh) need EndpointSlices, for kube-proxy and cluster DNS: while they run (the file
+    # realnodes/endpointslices exists) the controller-manager runs the EndpointSlice controller.
     kube-controller-manager) echo "$bin/kube-controller-manager --kubeconfig=$dir/controller-manager.kubeconfig \
       --authentication-kubeconfig=$dir/controller-manager.kubeconfig --authorization-kubeconfig=$dir/controller-manager.kubeconfig \
       --bind-address=127.0.0.1 --secure-port=$KCM_PORT --leader-elect=false --use-service-account-credentials=true \
       --service-account-private-key-file=$pki/sa.key --root-ca-file=$pki/ca.crt \
       --cluster-signing-cert-file=$pki/ca.crt --cluster-signing-key-file=$pki/ca.key \
-      --controllers=*,-cloud-node-lifecycle,-service-lb-controller,-node-route-controller,-endpoints-controller,-endpointslice-controller,-endpointslice-mirroring-controller \
+      --controllers=*,-cloud-node-lifecycle,-service-lb-controller,-node-route-controller,-endpoints-controller,-endpointslice-mirroring-controller$ENDPOINTSLICES \
       --kube-api-qps=200 --kube-api-burst=400 --concurrent-gc-syncs=40 --node-monitor-grace-period=30s --profiling=false $KCM_GANG --v=1" ;;
     kube-scheduler) echo "$bin/kube-scheduler --kubeconfig=$dir/scheduler.kubeconfig \
       --authentication-kubeconfig=$dir/scheduler.kubeconfig --authorization-kubeconfig=$dir/scheduler.kubeconfig \

@@ -174,6 +174,7 @@ authentication:
   x509: {clientCAFile: $dir/pki/ca.crt}
 authorization: {mode: Webhook}
 clusterDomain: cluster.local
+clusterDNS: [10.96.0.10]
 failSwapOn: false
 protectKernelDefaults: false
 serializeImagePulls: false
@@ -275,6 +276,178 @@ close_forwarding() {
   fi
 }
 
+# --- the cluster's network services, one for the machine (the nodes share its network stack) ----------------
+# The API server listens on 127.0.0.1 only; pods reach it as the `kubernetes` Service (10.96.0.1:443, a SAN of its
+# certificate) through kube-proxy to 10.244.0.1:$APISERVER_PORT, where socat hands the connection to loopback.
+# CoreDNS answers cluster.local from the API at 10.244.0.1:53, the `kube-dns` Service 10.96.0.10, and nothing else.
+GATEWAY_IP=10.244.0.1
+DNS_SERVICE_IP=10.96.0.10
+
+write_identity() { # write_identity NAME SUBJECT: a client certificate and kubeconfig in $nodes_dir/NAME.*
+  local name=$1 subj=$2 pki="$dir/pki"
+  if [[ ! -f "$nodes_dir/$name.crt" ]]; then
+    openssl genrsa -out "$nodes_dir/$name.key" 2048 2>/dev/null
+    openssl req -new -key "$nodes_dir/$name.key" -subj "$subj" -out "$nodes_dir/$name.csr" 2>/dev/null
+    openssl x509 -req -in "$nodes_dir/$name.csr" -CA "$pki/ca.crt" -CAkey "$pki/ca.key" -CAcreateserial \
+      -out "$nodes_dir/$name.crt" -days 3650 2>/dev/null
+  fi
+  cat >"$nodes_dir/$name.kubeconfig" <<EOF
+apiVersion: v1
+kind: Config
+clusters:
+- name: local
+  cluster: {server: "https://127.0.0.1:$APISERVER_PORT", certificate-authority: "$pki/ca.crt"}
+users:
+- name: $name
+  user: {client-certificate: "$nodes_dir/$name.crt", client-key: "$nodes_dir/$name.key"}
+contexts:
+- name: local
+  context: {cluster: local, user: $name}
+current-context: local
+EOF
+}
+
+start_daemon() { # start_daemon NAME COMMAND...: setsid, pid file, log in $nodes_dir/logs
+  local name=$1
+  shift
+  pid_alive "$name" && return 0
+  mkdir -p "$dir/pids" "$nodes_dir/logs"
+  setsid "$@" >>"$nodes_dir/logs/$name.log" 2>&1 </dev/null &
+  echo $! >"$dir/pids/$name.pid"
+}
+
+restart_controller_manager() { # it runs the EndpointSlice controller only while real nodes run (cluster.sh)
+  CLUSTER_DIR=$dir bash "$root/hack/cluster.sh" stop kube-controller-manager
+  CLUSTER_DIR=$dir bash "$root/hack/cluster.sh" start kube-controller-manager
+}
+
+start_services() {
+  if [[ ! -f "$nodes_dir/endpointslices" ]]; then
+    touch "$nodes_dir/endpointslices"
+    restart_controller_manager
+  fi
+  start_daemon realnodes-apiserver-gateway socat \
+    "TCP-LISTEN:$APISERVER_PORT,bind=$GATEWAY_IP,fork,reuseaddr" "TCP:127.0.0.1:$APISERVER_PORT"
+  # The default bootstrap policy binds system:node-proxier to the user system:kube-proxy.
+  write_identity kube-proxy "/CN=system:kube-proxy"
+  cat >"$nodes_dir/kube-proxy.yaml" <<EOF
+apiVersion: kubeproxy.config.k8s.io/v1alpha1
+kind: KubeProxyConfiguration
+clientConnection: {kubeconfig: "$nodes_dir/kube-proxy.kubeconfig"}
+mode: iptables
+clusterCIDR: $POD_RANGE
+hostnameOverride: $(name_of 0)
+bindAddress: 127.0.0.1
+healthzBindAddress: 127.0.0.1:20380
+metricsBindAddress: 127.0.0.1:20381
+# Leave the machine's sysctls alone: no conntrack table resize, no route_localnet for localhost NodePorts.
+conntrack: {maxPerCore: 0}
+iptables: {localhostNodePorts: false}
+EOF
+  start_daemon realnodes-kube-proxy "$bin/kube-proxy" --config="$nodes_dir/kube-proxy.yaml" --v=1
+  cat >"$nodes_dir/Corefile" <<EOF
+cluster.local:53 in-addr.arpa:53 {
+  bind $GATEWAY_IP
+  errors
+  kubernetes cluster.local in-addr.arpa {
+    kubeconfig $dir/kubeconfig
+    pods insecure
+  }
+  cache 5
+}
+.:53 {
+  bind $GATEWAY_IP
+  # Nothing is forwarded off the machine: any other name does not exist here.
+  template ANY ANY {
+    rcode NXDOMAIN
+  }
+}
+EOF
+  start_daemon realnodes-coredns "$bin/coredns" -conf "$nodes_dir/Corefile"
+  kubectl_ apply -f - >/dev/null <<EOF
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata:
+  name: kubernetes-realnodes
+  namespace: default
+  labels: {kubernetes.io/service-name: kubernetes, endpointslice.kubernetes.io/managed-by: ddpjob.dev-realnode}
+addressType: IPv4
+endpoints: [{addresses: ["$GATEWAY_IP"], conditions: {ready: true}}]
+ports: [{name: https, port: $APISERVER_PORT, protocol: TCP}]
+---
+apiVersion: v1
+kind: Service
+metadata:
+  name: kube-dns
+  namespace: kube-system
+  labels: {k8s-app: kube-dns, kubernetes.io/name: CoreDNS}
+spec:
+  clusterIP: $DNS_SERVICE_IP
+  ports: [{name: dns, port: 53, protocol: UDP}, {name: dns-tcp, port: 53, protocol: TCP}]
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata:
+  name: kube-dns-realnodes
+  namespace: kube-system
+  labels: {kubernetes.io/service-name: kube-dns, endpointslice.kubernetes.io/managed-by: ddpjob.dev-realnode}
+addressType: IPv4
+endpoints: [{addresses: ["$GATEWAY_IP"], conditions: {ready: true}}]
+ports: [{name: dns, port: 53, protocol: UDP}, {name: dns-tcp, port: 53, protocol: TCP}]
+EOF
+}
+
+dns_answers() { # CoreDNS resolves the `kubernetes` Service
+  python3 - "$GATEWAY_IP" <<'PY'
+import socket, struct, sys
+q = b"\x12\x34\x01\x00\x00\x01\x00\x00\x00\x00\x00\x00"
+for label in "kubernetes.default.svc.cluster.local".split("."):
+    q += bytes([len(label)]) + label.encode()
+q += b"\x00\x00\x01\x00\x01"
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.settimeout(1)
+s.sendto(q, (sys.argv[1], 53))
+reply = s.recv(512)
+sys.exit(0 if struct.unpack(">H", reply[6:8])[0] >= 1 else 1)
+PY
+}
+
+remove_kubelet_chains() { # the kubelets' own iptables chains (KUBE-FIREWALL, its canaries), in both families
+  local cmd table rule chain
+  for cmd in iptables ip6tables; do
+    command -v "$cmd" >/dev/null || continue
+    for table in filter nat mangle; do
+      "$cmd"-save -t "$table" 2>/dev/null | grep -E '^-A (INPUT|OUTPUT|FORWARD|PREROUTING|POSTROUTING) .*-j KUBE-' |
+        while read -r rule; do
+          # shellcheck disable=SC2086 # the rule's words are iptables arguments
+          "$cmd" -w -t "$table" -D ${rule#-A } 2>/dev/null || true
+        done || true # grep finds none
+      for chain in $("$cmd"-save -t "$table" 2>/dev/null | grep -oE '^:KUBE-[A-Z0-9-]+' | tr -d ':'); do
+        "$cmd" -w -t "$table" -F "$chain" 2>/dev/null || true
+      done
+      for chain in $("$cmd"-save -t "$table" 2>/dev/null | grep -oE '^:KUBE-[A-Z0-9-]+' | tr -d ':'); do
+        "$cmd" -w -t "$table" -X "$chain" 2>/dev/null || true
+      done
+    done
+  done
+}
+
+stop_services() {
+  local name
+  for name in realnodes-coredns realnodes-kube-proxy realnodes-apiserver-gateway; do stop_pid "$name"; done
+  pkill -KILL -f "socat TCP-LISTEN:$APISERVER_PORT,bind=$GATEWAY_IP" 2>/dev/null || true
+  # kube-proxy's own cleanup removes every KUBE-* chain and rule it wrote.
+  if [[ -x "$bin/kube-proxy" ]]; then "$bin/kube-proxy" --cleanup >/dev/null 2>&1 || true; fi
+  remove_kubelet_chains
+  kubectl_ -n default delete endpointslice kubernetes-realnodes --ignore-not-found >/dev/null 2>&1 || true
+  kubectl_ -n kube-system delete service kube-dns --ignore-not-found >/dev/null 2>&1 || true
+  kubectl_ -n kube-system delete endpointslice kube-dns-realnodes --ignore-not-found >/dev/null 2>&1 || true
+  if [[ -f "$nodes_dir/endpointslices" ]]; then
+    rm -f "$nodes_dir/endpointslices"
+    restart_controller_manager
+  fi
+}
+
 # --- commands -----------------------------------------------------------------------------------------------
 up() {
   local n=${1:-2} i t0=$SECONDS
@@ -292,7 +465,9 @@ up() {
     # containerd-shim-runc-v2 is found on containerd's PATH.
     PATH="$bin:$PATH" start_node "$i"
   done
+  start_services
   for ((i = 0; i < n; i++)); do wait_for 120 "$(name_of "$i") Ready" node_ready "$i"; done
+  wait_for 60 "CoreDNS answering" dns_answers
   log "$n real node(s) Ready in $((SECONDS - t0))s"
 }
 
@@ -329,6 +504,7 @@ down() {
   local i
   if [[ -d "$nodes_dir" ]]; then
     for d in "$nodes_dir"/node-*; do [[ -d $d ]] && remove_node "${d##*/node-}"; done
+    stop_services
   fi
   # Network namespaces CNI made for this cluster's pods that a crashed containerd left behind.
   for ns in $(ip netns list 2>/dev/null | awk '{print $1}' | grep '^cni-' || true); do
@@ -342,7 +518,9 @@ down() {
 }
 
 left() { # what of the real nodes is still on this machine: empty after `down`
-  pgrep -af "($bin/kubelet|$bin/containerd|containerd-shim-runc-v2 .*-address $run_dir)" || true
+  pgrep -af "($bin/kubelet|$bin/containerd|$bin/kube-proxy|$bin/coredns|containerd-shim-runc-v2 .*-address $run_dir|socat TCP-LISTEN:$APISERVER_PORT,bind=$GATEWAY_IP)" || true
+  iptables-save 2>/dev/null | grep -E '^:KUBE-' || true
+  ip6tables-save 2>/dev/null | grep -E '^:KUBE-' || true
   awk '{print $2}' /proc/self/mounts | grep -E "^($nodes_dir|$run_dir)(/|$)" || true
   ip -o link show 2>/dev/null | awk -F': ' '{print $2}' | grep -E '^ddpjbr[0-9]+' || true
   ls -d /sys/fs/cgroup/*/ddpjob-realnode-* 2>/dev/null || true

@@ -1,5 +1,5 @@
 """The real nodes themselves (issue 36, items 1 and 2): kubelets of the control plane's release on containerd 2.x,
-pods that run there and reach each other across the two nodes, contained networking, the kubelet's own OOM kill
+pods that run there and reach each other across the two nodes, contained networking, cluster DNS and Services, the kubelet's own OOM kill
 and container restarts, and a teardown that leaves nothing on the machine."""
 
 from __future__ import annotations
@@ -67,6 +67,47 @@ except OSError as err:
     # No NAT: the server saw the client's own pod address.
     log = cluster.kubectl("-n", namespace, "logs", "server").stdout
     assert client["status"]["podIP"] in log, log
+
+
+def test_cluster_dns_services_and_the_api_server_from_a_pod(cluster, namespace, real_nodes):
+    """What the trainer and the operator need from a pod: a headless Service's pod names (CoreDNS), a ClusterIP
+    Service (kube-proxy), the API server as the `kubernetes` Service with the pod's own token; and no name off the
+    cluster resolves (nothing is forwarded off the machine)."""
+    server = pod_on(real_nodes[1], "web-0", ["python3", "-m", "http.server", "8000"])
+    server["metadata"]["labels"] = {"app": "web"}
+    server["spec"].update({"hostname": "web-0", "subdomain": "web"})
+    apply(cluster, namespace, server)
+    for name, spec in (("web", {"clusterIP": "None", "ports": [{"port": 8000}]}),
+                       ("web-ip", {"ports": [{"port": 80, "targetPort": 8000}]})):
+        apply(cluster, namespace, {"apiVersion": "v1", "kind": "Service", "metadata": {"name": name},
+                                   "spec": {"selector": {"app": "web"}, **spec}})
+    apply(cluster, namespace, pod_on(real_nodes[0], "client", ["sleep", "3600"]))
+    web = wait_running(cluster, namespace, "web-0")
+    wait_running(cluster, namespace, "client")
+    probe = f"""
+import os, socket, ssl, urllib.request
+print("pod", socket.gethostbyname("web-0.web.{namespace}.svc.cluster.local"))
+print("headless", urllib.request.urlopen("http://web-0.web:8000/", timeout=5).status)
+print("service", urllib.request.urlopen("http://web-ip/", timeout=5).status)
+sa = "/var/run/secrets/kubernetes.io/serviceaccount"
+url = "https://%s:%s/version" % (os.environ["KUBERNETES_SERVICE_HOST"], os.environ["KUBERNETES_SERVICE_PORT"])
+request = urllib.request.Request(url, headers={{"Authorization": "Bearer " + open(sa + "/token").read()}})
+ctx = ssl.create_default_context(cafile=sa + "/ca.crt")
+print("api", urllib.request.urlopen(request, context=ctx, timeout=5).status)
+try:
+    socket.gethostbyname("example.com")
+    print("outside", "resolved")
+except OSError as err:
+    print("outside", err.errno)
+"""
+    # The EndpointSlices and kube-proxy's rules follow the pod within seconds: retry until they have.
+    out = wait_until(lambda: (r := cluster.kubectl("-n", namespace, "exec", "client", "--", "python3", "-c", probe,
+                                                   check=False)).returncode == 0 and r.stdout,
+                     timeout=60, interval=1, what="the client's probe of DNS, Services and the API")
+    said = dict(line.split(" ", 1) for line in out.splitlines())
+    assert said["pod"] == web["status"]["podIP"], out
+    assert (said["headless"], said["service"], said["api"]) == ("200", "200", "200"), out
+    assert said["outside"] != "resolved", out
 
 
 def test_a_memory_limit_exceeded_is_the_kubelets_oom_kill(cluster, namespace, real_nodes):
