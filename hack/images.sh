@@ -2,6 +2,7 @@
 # Images for the real nodes, built with buildah and no image registry (docs/real-nodes.md):
 #
 #   hack/images.sh base        the Debian bookworm + Python base made here by mmdebstrap from Debian's packages
+#   hack/images.sh operator    the operator image from operator/Dockerfile, on that base (BASE_IMAGE build arg)
 #   hack/images.sh load        import every built image into each running real node's containerd
 #   hack/images.sh list        the built images: name, archive, size
 #
@@ -22,14 +23,20 @@ mkdir -p "$images_dir"
 
 log() { echo ">> $*" >&2; }
 
-recipe_hash() { (cat "$@"; echo "$BASE_PACKAGES") | sha256sum | cut -c1-16; }
+recipe_hash() { (declare -f base; echo "$BASE_PACKAGES") | sha256sum | cut -c1-16; } # the base's recipe only
+
+prune() { # prune SHORT KEEP: older archives of the same image go
+  local old
+  for old in "$images_dir/$1"-*.oci.tar; do [[ -f $old && $old != "$2" ]] && rm -f "$old"; done
+  true
+}
 
 # An archive's path for NAME with the hash of its inputs; the current one is linked as NAME.oci.tar.
 archive() { echo "$images_dir/$1-$2.oci.tar"; }
 
 base() {
   local want out
-  want=$(recipe_hash "$0")
+  want=$(recipe_hash)
   out=$(archive debian-python "$want")
   if [[ -f "$out" ]]; then ln -sfn "$out" "$images_dir/debian-python.oci.tar"; echo "$out"; return 0; fi
   local t0=$SECONDS work c
@@ -46,9 +53,45 @@ base() {
   buildah commit --rm --quiet "$c" "oci-archive:$out.tmp:$BASE_NAME" >/dev/null
   mv "$out.tmp" "$out"
   ln -sfn "$out" "$images_dir/debian-python.oci.tar"
+  prune debian-python "$out"
   rm -rf "$work"
   log "base built in $((SECONDS - t0))s: $(du -h "$out" | cut -f1) ($out)"
   echo "$out"
+}
+
+# The inputs of a Dockerfile build: the content of the files under its context that git does not ignore (edits not
+# yet committed included), and the base archive (named by its own inputs' hash).
+context_hash() { # context_hash DIR BASE_ARCHIVE
+  (cd "$root" && git ls-files -z --cached --others --exclude-standard -- "$1" | sort -z |
+    xargs -0 sha256sum 2>/dev/null; readlink -f "$2") | sha256sum | cut -c1-16
+}
+
+dockerfile_image() { # dockerfile_image SHORT CONTEXT_DIR REF
+  local short=$1 context=$2 ref=$3 base_archive want out
+  base_archive=$(base)
+  want=$(context_hash "$context" "$base_archive")
+  out=$(archive "$short" "$want")
+  if [[ -f "$out" ]]; then ln -sfn "$out" "$images_dir/$short.oci.tar"; echo "$out"; return 0; fi
+  local t0=$SECONDS
+  log "building $ref from $context/Dockerfile with buildah (base: $(basename "$base_archive"))"
+  # The build's RUN steps use the machine's network for pip (PyPI), and its CA bundle, mounted for the build only
+  # (it trusts this machine's egress proxy: nothing of it stays in the image). FROM needs no registry.
+  buildah build --quiet --layers=false --network host --build-arg "BASE_IMAGE=oci-archive:$base_archive" \
+    --volume /etc/ssl/certs/ca-certificates.crt:/etc/ssl/certs/ca-certificates.crt:ro \
+    --tag "$ref" --file "$root/$context/Dockerfile" "$root/$context" >&2
+  buildah push --quiet "$ref" "oci-archive:$out.tmp:$ref" >&2
+  buildah rmi "$ref" >/dev/null 2>&1 || true
+  mv "$out.tmp" "$out"
+  ln -sfn "$out" "$images_dir/$short.oci.tar"
+  prune "$short" "$out"
+  log "$ref built in $((SECONDS - t0))s: $(du -h "$out" | cut -f1)"
+  echo "$out"
+}
+
+operator_ref() {
+  local version
+  version=$(grep -oE '^appVersion: *"?[^"]+' "$root/charts/ddpjob-operator/Chart.yaml" | sed -E 's/appVersion: *"?//')
+  echo "localhost/ddpjob/operator:$version"
 }
 
 load() { # import every current image (the NAME.oci.tar links) into each running real node's containerd
@@ -81,7 +124,9 @@ list() {
 
 case ${1:-} in
   base) base >/dev/null ;;
+  operator) dockerfile_image operator operator "$(operator_ref)" >/dev/null ;;
+  operator-ref) operator_ref ;;
   load) load ;;
   list) list ;;
-  *) echo "usage: $0 base|load|list" >&2; exit 2 ;;
+  *) echo "usage: $0 base|operator|operator-ref|load|list" >&2; exit 2 ;;
 esac

@@ -5,6 +5,7 @@ brings them up (and the images into them) and takes them down after it, so no ot
 from __future__ import annotations
 
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -12,13 +13,18 @@ import pytest
 from support.cluster import ROOT, Cluster
 from support.realnode import IMAGES_SH, NODES, realnode
 
+# The chart suite's helpers (helm, a real Prometheus, a DDPJob driven through a restart on kwok nodes) serve the
+# operator installed by Helm on the real nodes too.
+sys.path.insert(0, str(ROOT / "tests" / "chart"))
+
 
 @pytest.fixture(scope="module")
 def real_nodes(cluster: Cluster):
     # The tools (make node-tools, a prerequisite of make test) are built from pins; the images from their inputs.
     subprocess.run(["bash", str(ROOT / "hack" / "build-tools.sh"), "node"], check=True)
     subprocess.run(["bash", str(ROOT / "hack" / "install-node-packages.sh")], check=True)
-    subprocess.run(["bash", str(IMAGES_SH), "base"], check=True)
+    for image in ("base", "operator"):
+        subprocess.run(["bash", str(IMAGES_SH), image], check=True)
     forward_before = Path("/proc/sys/net/ipv4/ip_forward").read_text()
     up = realnode("up", str(len(NODES)), check=False)
     assert up.returncode == 0, up.stdout + up.stderr

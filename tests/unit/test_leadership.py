@@ -1,4 +1,5 @@
-"""leadership.leads: kopf's peering rule, read from the peering object's status (pure)."""
+"""leadership.leads: kopf's peering rule, read from the peering object's status, and may_lead: not before the
+operator has watched the peering long enough (pure)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from ddpjob_operator.leadership import leads
+from ddpjob_operator.leadership import POLL_SECONDS, SETTLE_SECONDS, leads, may_lead
 
 NOW = datetime(2026, 11, 25, 12, 0, tzinfo=UTC)
 
@@ -25,3 +26,19 @@ def peer(priority, seen_ago=1.0, lifetime=60):
 ])
 def test_leads_by_kopfs_rule(name, peers, want):
     assert leads(peers, "me", peers["me"]["priority"], NOW) is want, name
+
+
+@pytest.mark.parametrize("name, by_rule, watched, want", [
+    # The standby of a chart installed at once: alone in the peering at its first read. It must not lead yet.
+    ("alone at the first read", True, 0.0, False),
+    ("alone for less than the settle time", True, SETTLE_SECONDS - 0.1, False),
+    ("alone for the settle time", True, SETTLE_SECONDS, True),
+    ("a higher peer seen: never", False, 10 * SETTLE_SECONDS, False),
+])
+def test_may_lead_only_after_watching_the_peering(name, by_rule, watched, want):
+    assert may_lead(by_rule, watched) is want, name
+
+
+def test_the_settle_time_outlasts_a_peers_poll():
+    """A displaced standby polls every POLL_SECONDS: it has seen the returning primary before the primary acts."""
+    assert SETTLE_SECONDS > 2 * POLL_SECONDS

@@ -9,7 +9,13 @@ The rule is kopf's own (kopf/_core/engines/peering.py, `process_peering_event`),
 status, which is kopf's public peering format (one key per operator identity: priority, lastseen, lifetime): an
 operator pauses while another live peer has a higher priority, or the same one. This module reads that object
 with a GET every few seconds, never from the (frozen) watch cache, and writes nothing. The operator's identity
-is chosen here and handed to kopf, so both speak of the same peer."""
+is chosen here and handed to kopf, so both speak of the same peer.
+
+An operator that has just started leads only after it has watched the peering for SETTLE_SECONDS, longer than a
+peer's poll. Two operators started together (`helm install` of the chart's primary and standby) would otherwise
+both lead at first, each before the other's entry was there: on the real nodes the standby created a job's pods
+and stood down 2 s later. A primary that returns waits the same, so the standby it displaces has polled, seen it
+and stopped before the primary acts."""
 
 from __future__ import annotations
 
@@ -30,6 +36,7 @@ from .kube import REQUEST_TIMEOUT
 log = logging.getLogger("ddpjob.leadership")
 
 POLL_SECONDS = 2.0
+SETTLE_SECONDS = 3 * POLL_SECONDS
 PEERING_GROUP, PEERING_VERSION = "kopf.dev", "v1"
 
 
@@ -57,6 +64,12 @@ def leads(peers: Mapping[str, Any], identity: str, priority: int, now: datetime)
         if int(info.get("priority", 0)) >= priority:
             return False
     return True
+
+
+def may_lead(leads_by_rule: bool, watched_seconds: float, settle_seconds: float = SETTLE_SECONDS) -> bool:
+    """Lead when kopf's rule says so and this operator has watched the peering long enough for a peer starting
+    beside it to have announced itself, and for a standby it displaces to have seen it."""
+    return leads_by_rule and watched_seconds >= settle_seconds
 
 
 class Leadership:
@@ -106,17 +119,25 @@ class Leadership:
     async def run(self) -> None:
         if self.peering is None or self.custom is None:
             return
+        first_read: datetime | None = None
+        said = ""  # the role last logged
         while True:
             try:
                 objects = await asyncio.to_thread(self._read)
                 now = datetime.now(UTC)
-                leading = all(leads(o.get("status") or {}, self.identity, self.priority, now) for o in objects)
+                first_read = first_read or now
+                by_rule = all(leads(o.get("status") or {}, self.identity, self.priority, now) for o in objects)
+                leading = may_lead(by_rule, (now - first_read).total_seconds())
+                role = "leading" if leading else "settling in" if by_rule else "standing by in"
             except (ApiException, OSError) as exc:  # unknown: keep what we knew; kopf's own pause still holds
                 log.debug("cannot read the peering %s: %s", self.peering, exc)
-                leading = self._leading
+                leading, role = self._leading, said
+            if role != said:
+                said = role
+                suffix = f" (leads after {SETTLE_SECONDS:g}s without a higher peer)" if role == "settling in" else ""
+                log.info("%s the peering %s%s", role, self.peering, suffix)
             if leading != self._leading:
                 self._leading = leading
-                log.info("%s the peering %s", "leading" if leading else "standing by in", self.peering)
                 if leading and self.on_lead is not None:
                     self.on_lead()
             await asyncio.sleep(POLL_SECONDS)
