@@ -14,7 +14,7 @@ UPGRADE_PACKAGE ?=
 # What `make lint` covers; tests/ is outside the gate.
 LINT_PATHS := operator trainer_image bench hack/localnode $(wildcard hack/*.py)
 
-.PHONY: help setup venv lock tools node-tools kueue-tools kueue-up kueue-down cluster-up cluster-down cluster-status test test-unit test-integration test-trainer test-e2e test-realnode test-chart test-chaos demo operator bench lint
+.PHONY: help setup venv lock tools node-tools images kueue-tools kueue-up kueue-down cluster-up cluster-down cluster-status test test-unit test-integration test-trainer test-e2e test-realnode test-chart test-chaos demo operator bench lint
 
 help: ## Show this help
 	@grep -hE '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  \033[36m%-18s\033[0m %s\n", $$1, $$2}'
@@ -34,6 +34,11 @@ tools: ## Build the pinned kube-apiserver, controller-manager, scheduler, kubect
 node-tools: setup ## Build the real nodes' kubelet, kube-proxy, containerd 2.x, CNI plugins and crictl; install runc, buildah (Debian)
 	@bash hack/build-tools.sh node
 	@bash hack/install-node-packages.sh
+
+images: node-tools ## Build the operator and trainer images from their Dockerfiles with buildah, no registry (hack/images.sh)
+	@bash hack/images.sh operator
+	@bash hack/images.sh trainer
+	@bash hack/images.sh list
 
 cluster-up: setup ## Start the local control plane with kwok GPU nodes (NODES=4 GPUS_PER_NODE=8); LOCAL_NODES=N adds N local node agents, KUBELET_NODES=N real kubelets
 	@NODES=$(NODES) GPUS_PER_NODE=$(GPUS_PER_NODE) bash hack/cluster.sh up

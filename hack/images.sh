@@ -3,6 +3,7 @@
 #
 #   hack/images.sh base        the Debian bookworm + Python base made here by mmdebstrap from Debian's packages
 #   hack/images.sh operator    the operator image from operator/Dockerfile, on that base (BASE_IMAGE build arg)
+#   hack/images.sh trainer     the trainer image from trainer_image/Dockerfile, on that base plus the locked torch
 #   hack/images.sh load        import every built image into each running real node's containerd
 #   hack/images.sh list        the built images: name, archive, size
 #
@@ -66,9 +67,9 @@ context_hash() { # context_hash DIR BASE_ARCHIVE
     xargs -0 sha256sum 2>/dev/null; readlink -f "$2") | sha256sum | cut -c1-16
 }
 
-dockerfile_image() { # dockerfile_image SHORT CONTEXT_DIR REF
-  local short=$1 context=$2 ref=$3 base_archive want out
-  base_archive=$(base)
+dockerfile_image() { # dockerfile_image SHORT CONTEXT_DIR REF [BASE_ARCHIVE [buildah push flags]]
+  local short=$1 context=$2 ref=$3 base_archive=${4:-} want out
+  [[ -n $base_archive ]] || base_archive=$(base)
   want=$(context_hash "$context" "$base_archive")
   out=$(archive "$short" "$want")
   if [[ -f "$out" ]]; then ln -sfn "$out" "$images_dir/$short.oci.tar"; echo "$out"; return 0; fi
@@ -79,13 +80,70 @@ dockerfile_image() { # dockerfile_image SHORT CONTEXT_DIR REF
   buildah build --quiet --layers=false --network host --build-arg "BASE_IMAGE=oci-archive:$base_archive" \
     --volume /etc/ssl/certs/ca-certificates.crt:/etc/ssl/certs/ca-certificates.crt:ro \
     --tag "$ref" --file "$root/$context/Dockerfile" "$root/$context" >&2
-  buildah push --quiet "$ref" "oci-archive:$out.tmp:$ref" >&2
+  buildah push --quiet "${@:5}" "$ref" "oci-archive:$out.tmp:$ref" >&2
   buildah rmi "$ref" >/dev/null 2>&1 || true
   mv "$out.tmp" "$out"
   ln -sfn "$out" "$images_dir/$short.oci.tar"
   prune "$short" "$out"
   log "$ref built in $((SECONDS - t0))s: $(du -h "$out" | cut -f1)"
   echo "$out"
+}
+
+# The stand-in for the trainer's GPU base (pytorch/pytorch:<torch>-cuda<X.Y>-cudnn<N>-runtime): the Python base with
+# torch and what it pulls in (its CUDA libraries too: the PyPI wheel loads them even on a CPU) at the versions and
+# hashes of hack/requirements.lock, so the trainer image's pip keeps that torch as it keeps the real base's.
+torch_requirements() {
+  "$root/.venv/bin/python" - "$root/hack/requirements.lock" <<'PY'
+import importlib.metadata as md, re, sys
+from packaging.requirements import Requirement
+norm = lambda n: re.sub(r"[-_.]+", "-", n).lower()
+seen, done, todo = set(), set(), [("torch", "")]
+while todo:  # (name, extra): an extra such as cuda-toolkit[cudart] brings requirements of its own
+    name, extra = todo.pop()
+    if (norm(name), extra) in done:
+        continue
+    done.add((norm(name), extra))
+    seen.add(norm(name))
+    for line in md.requires(name) or []:
+        req = Requirement(line)
+        if not req.marker or req.marker.evaluate({"extra": extra}):
+            todo += [(req.name, "")] + [(req.name, e) for e in req.extras]
+entries = re.split(r"\n(?=[A-Za-z0-9])", open(sys.argv[1]).read())
+for entry in entries:
+    head = entry.split("==", 1)[0].strip()
+    if "==" in entry and norm(head) in seen:
+        print(entry.rstrip())
+PY
+}
+
+torch_base() {
+  local want out requirements
+  requirements=$(torch_requirements)
+  want=$( (echo "$requirements"; readlink -f "$(base)") | sha256sum | cut -c1-16)
+  out=$(archive torch-base "$want")
+  if [[ -f "$out" ]]; then echo "$out"; return 0; fi
+  local t0=$SECONDS c version
+  version=$(echo "$requirements" | grep -oE '^torch==[^ ]+' | cut -d= -f3)
+  log "making the torch base: torch $version and its $(echo "$requirements" | grep -c '==') locked requirements"
+  echo "$requirements" >"$images_dir/torch-requirements.txt"
+  c=$(buildah from "oci-archive:$(base)")
+  buildah copy --quiet "$c" "$images_dir/torch-requirements.txt" /tmp/torch-requirements.txt >/dev/null
+  buildah run --network host --volume /etc/ssl/certs/ca-certificates.crt:/etc/ssl/certs/ca-certificates.crt:ro \
+    "$c" -- sh -c 'pip install --quiet --no-cache-dir --require-hashes --no-deps -r /tmp/torch-requirements.txt \
+      && rm /tmp/torch-requirements.txt' >&2
+  # Uncompressed: gzip of the CUDA libraries costs minutes on two cores and saves nothing on one machine.
+  buildah commit --rm --quiet --disable-compression "$c" "oci-archive:$out.tmp:localhost/ddpjob/torch-base:$version" \
+    >/dev/null
+  mv "$out.tmp" "$out"
+  prune torch-base "$out"
+  log "torch base built in $((SECONDS - t0))s: $(du -h "$out" | cut -f1)"
+  echo "$out"
+}
+
+trainer_ref() {
+  local version
+  version=$(grep -oE '^version *= *"[^"]+' "$root/trainer_image/pyproject.toml" | sed -E 's/.*"//')
+  echo "localhost/ddpjob/trainer:$version"
 }
 
 operator_ref() {
@@ -126,7 +184,9 @@ case ${1:-} in
   base) base >/dev/null ;;
   operator) dockerfile_image operator operator "$(operator_ref)" >/dev/null ;;
   operator-ref) operator_ref ;;
+  trainer) dockerfile_image trainer trainer_image "$(trainer_ref)" "$(torch_base)" --disable-compression >/dev/null ;;
+  trainer-ref) trainer_ref ;;
   load) load ;;
   list) list ;;
-  *) echo "usage: $0 base|operator|operator-ref|load|list" >&2; exit 2 ;;
+  *) echo "usage: $0 base|operator|operator-ref|trainer|trainer-ref|load|list" >&2; exit 2 ;;
 esac

@@ -23,6 +23,9 @@ dir=${CLUSTER_DIR:-$root/.local-cluster}
 nodes_dir="$dir/realnodes"
 run_dir=${DDPJOB_REALNODE_RUN:-/run/ddpjob-realnodes} # sockets: a short path (unix sockets allow 108 bytes)
 images_dir=${DDPJOB_IMAGES_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/ddpjob-operator/images}
+# Each node's containerd root (its image content and snapshots) is a cache outside the checkout, kept by `down`:
+# the trainer image is 5.5 GB, and importing it into two containerds on every `up` would cost minutes.
+store_dir=${DDPJOB_REALNODE_STORE:-${XDG_CACHE_HOME:-$HOME/.cache}/ddpjob-operator/realnodes}
 APISERVER_PORT=${APISERVER_PORT:-26443}
 POD_RANGE=10.244.0.0/16
 SERVICE_RANGE=10.96.0.0/16
@@ -103,11 +106,11 @@ EOF
 write_node_config() {
   local i=$1 d sock
   d=$(node_dir "$i") sock=$(sock_of "$i")
-  mkdir -p "$d/logs" "$d/cni-conf" "$d/cni-bin" "$d/containerd" "$d/kubelet" "$run_dir/node-$i"
+  mkdir -p "$d/logs" "$d/cni-conf" "$d/cni-bin" "$d/kubelet" "$run_dir/node-$i" "$store_dir/node-$i/containerd"
   for plugin in bridge host-local loopback; do ln -sf "$bin/cni-$plugin" "$d/cni-bin/$plugin"; done
   cat >"$d/containerd.toml" <<EOF
 version = 3
-root = "$d/containerd"
+root = "$store_dir/node-$i/containerd"
 state = "$run_dir/node-$i/containerd"
 [grpc]
   address = "$sock"
@@ -486,7 +489,7 @@ remove_node() { # everything node I made, whether or not its daemons still run
   for pid in $pids; do pkill -KILL -P "$pid" 2>/dev/null || true; kill -KILL "$pid" 2>/dev/null || true; done
   # Mounts under the node's directories (overlay rootfs, shm, volumes, netns bind mounts), deepest first.
   local m
-  for m in $(awk '{print $2}' /proc/self/mounts | grep -E "^($d|$run_dir/node-$i)(/|$)" | sort -r); do
+  for m in $(awk '{print $2}' /proc/self/mounts | grep -E "^($d|$run_dir/node-$i|$store_dir/node-$i)(/|$)" | sort -r); do
     umount -l "$m" 2>/dev/null || true
   done
   ip link del "ddpjbr$i" 2>/dev/null || true
@@ -521,7 +524,7 @@ left() { # what of the real nodes is still on this machine: empty after `down`
   pgrep -af "($bin/kubelet|$bin/containerd|$bin/kube-proxy|$bin/coredns|containerd-shim-runc-v2 .*-address $run_dir|socat TCP-LISTEN:$APISERVER_PORT,bind=$GATEWAY_IP)" || true
   iptables-save 2>/dev/null | grep -E '^:KUBE-' || true
   ip6tables-save 2>/dev/null | grep -E '^:KUBE-' || true
-  awk '{print $2}' /proc/self/mounts | grep -E "^($nodes_dir|$run_dir)(/|$)" || true
+  awk '{print $2}' /proc/self/mounts | grep -E "^($nodes_dir|$run_dir|$store_dir)(/|$)" || true
   ip -o link show 2>/dev/null | awk -F': ' '{print $2}' | grep -E '^ddpjbr[0-9]+' || true
   ls -d /sys/fs/cgroup/*/ddpjob-realnode-* 2>/dev/null || true
   iptables -w -n -L "$CHAIN" >/dev/null 2>&1 && echo "iptables chain $CHAIN" || true

@@ -17,7 +17,11 @@ DOCKERFILE = ROOT / "trainer_image" / "Dockerfile"
 CONSTRAINTS = ROOT / "trainer_image" / "constraints.txt"
 
 _PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==(\S+)", re.MULTILINE)
-_BASE_TAG = re.compile(r"^FROM pytorch/pytorch:(\d+\.\d+\.\d+)-cuda(\d+\.\d+)-cudnn(\d+)-runtime\s*$", re.MULTILINE)
+# The base is FROM's image, or the default of the BASE_IMAGE build argument that FROM names (a registry-free build
+# passes its own stand-in; users build on the default).
+_BASE_TAG = re.compile(
+    r"^(?:FROM|ARG BASE_IMAGE=)\s*pytorch/pytorch:(\d+\.\d+\.\d+)-cuda(\d+\.\d+)-cudnn(\d+)-runtime\s*$", re.MULTILINE
+)
 
 
 def normalize(name: str) -> str:
