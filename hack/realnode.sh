@@ -73,34 +73,8 @@ pause_image() {
 
 # --- one node -----------------------------------------------------------------------------------------------
 write_node_pki() { # the kubelet's client identity: system:node:NAME in group system:nodes (Node authorizer)
-  local i=$1 name d pki="$dir/pki"
-  name=$(name_of "$i") d=$(node_dir "$i")
-  mkdir -p "$d/pki"
-  if [[ ! -f "$d/pki/kubelet-client.crt" ]]; then
-    openssl genrsa -out "$d/pki/kubelet-client.key" 2048 2>/dev/null
-    openssl req -new -key "$d/pki/kubelet-client.key" -subj "/O=system:nodes/CN=system:node:$name" \
-      -out "$d/pki/kubelet-client.csr" 2>/dev/null
-    openssl x509 -req -in "$d/pki/kubelet-client.csr" -CA "$pki/ca.crt" -CAkey "$pki/ca.key" -CAcreateserial \
-      -out "$d/pki/kubelet-client.crt" -days 3650 2>/dev/null
-  fi
-  cat >"$d/kubeconfig" <<EOF
-apiVersion: v1
-kind: Config
-clusters:
-- name: local
-  cluster:
-    server: https://127.0.0.1:$APISERVER_PORT
-    certificate-authority: $pki/ca.crt
-users:
-- name: $name
-  user:
-    client-certificate: $d/pki/kubelet-client.crt
-    client-key: $d/pki/kubelet-client.key
-contexts:
-- name: local
-  context: {cluster: local, user: $name}
-current-context: local
-EOF
+  local i=$1
+  write_identity "$(node_dir "$i")" kubelet "/O=system:nodes/CN=system:node:$(name_of "$i")"
 }
 
 write_node_config() {
@@ -231,7 +205,7 @@ start_kubelet() {
   pid_alive "$name-kubelet" && return 0
   make_cgroup_root "$i"
   make_bridge "$i"
-  PATH="$bin:$PATH" setsid "$bin/kubelet" --config="$d/kubelet.yaml" --kubeconfig="$d/kubeconfig" \
+  PATH="$bin:$PATH" setsid "$bin/kubelet" --config="$d/kubelet.yaml" --kubeconfig="$d/kubelet.kubeconfig" \
     --root-dir="$d/kubelet" --cert-dir="$d/pki" --hostname-override="$name" --node-ip="10.244.$i.1" \
     --node-labels="ddpjob.dev/real-node=true,ddpjob.dev/pod-range=10.244.$i.0-24" \
     --v=1 \
@@ -239,16 +213,8 @@ start_kubelet() {
   echo $! >"$dir/pids/$name-kubelet.pid"
 }
 
-stop_pid() {
-  local f="$dir/pids/$1.pid"
-  [[ -f "$f" ]] || return 0
-  local pid; pid=$(cat "$f")
-  if kill -0 "$pid" 2>/dev/null; then
-    kill -TERM "$pid" 2>/dev/null || true
-    for _ in $(seq 1 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-    kill -KILL "$pid" 2>/dev/null || true
-  fi
-  rm -f "$f"
+stop_pid() { # TERM, up to 10 s, then KILL: cluster.sh's own stop of a component by its pid file
+  CLUSTER_DIR=$dir bash "$root/hack/cluster.sh" stop "$1"
 }
 
 node_ready() {
@@ -286,15 +252,16 @@ close_forwarding() {
 GATEWAY_IP=10.244.0.1
 DNS_SERVICE_IP=10.96.0.10
 
-write_identity() { # write_identity NAME SUBJECT: a client certificate and kubeconfig in $nodes_dir/NAME.*
-  local name=$1 subj=$2 pki="$dir/pki"
-  if [[ ! -f "$nodes_dir/$name.crt" ]]; then
-    openssl genrsa -out "$nodes_dir/$name.key" 2048 2>/dev/null
-    openssl req -new -key "$nodes_dir/$name.key" -subj "$subj" -out "$nodes_dir/$name.csr" 2>/dev/null
-    openssl x509 -req -in "$nodes_dir/$name.csr" -CA "$pki/ca.crt" -CAkey "$pki/ca.key" -CAcreateserial \
-      -out "$nodes_dir/$name.crt" -days 3650 2>/dev/null
+write_identity() { # write_identity DIR NAME SUBJECT: a client certificate signed by the cluster CA, DIR/NAME.kubeconfig
+  local d=$1 name=$2 subj=$3 pki="$dir/pki"
+  mkdir -p "$d"
+  if [[ ! -f "$d/$name.crt" ]]; then
+    openssl genrsa -out "$d/$name.key" 2048 2>/dev/null
+    openssl req -new -key "$d/$name.key" -subj "$subj" -out "$d/$name.csr" 2>/dev/null
+    openssl x509 -req -in "$d/$name.csr" -CA "$pki/ca.crt" -CAkey "$pki/ca.key" -CAcreateserial \
+      -out "$d/$name.crt" -days 3650 2>/dev/null
   fi
-  cat >"$nodes_dir/$name.kubeconfig" <<EOF
+  cat >"$d/$name.kubeconfig" <<EOF
 apiVersion: v1
 kind: Config
 clusters:
@@ -302,7 +269,7 @@ clusters:
   cluster: {server: "https://127.0.0.1:$APISERVER_PORT", certificate-authority: "$pki/ca.crt"}
 users:
 - name: $name
-  user: {client-certificate: "$nodes_dir/$name.crt", client-key: "$nodes_dir/$name.key"}
+  user: {client-certificate: "$d/$name.crt", client-key: "$d/$name.key"}
 contexts:
 - name: local
   context: {cluster: local, user: $name}
@@ -332,7 +299,7 @@ start_services() {
   start_daemon realnodes-apiserver-gateway socat \
     "TCP-LISTEN:$APISERVER_PORT,bind=$GATEWAY_IP,fork,reuseaddr" "TCP:127.0.0.1:$APISERVER_PORT"
   # The default bootstrap policy binds system:node-proxier to the user system:kube-proxy.
-  write_identity kube-proxy "/CN=system:kube-proxy"
+  write_identity "$nodes_dir" kube-proxy "/CN=system:kube-proxy"
   cat >"$nodes_dir/kube-proxy.yaml" <<EOF
 apiVersion: kubeproxy.config.k8s.io/v1alpha1
 kind: KubeProxyConfiguration

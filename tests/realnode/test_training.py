@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from ddpjob_localnode.recovery import parse_trainer_log
 from support.cluster import ROOT, wait_until
 from support.operator import OperatorProcess, install_crds
 from support.realnode import IMAGES_SH, TOLERATE
@@ -116,3 +117,88 @@ def test_a_trainer_over_its_memory_limit_is_the_kubelets_oom_kill_classed_and_ex
     why = subprocess.run([str(ROOT / ".venv" / "bin" / "kubectl-ddpj"), "--kubeconfig", str(cluster.kubeconfig), "-n",
                           namespace, "why", "oom"], capture_output=True, text=True, timeout=60)
     assert "OOMKilled" in why.stdout + why.stderr, why.stdout + why.stderr
+
+
+IN_PLACE = {"restartStrategy": "InPlace", "backoffLimit": 3, "restartBackoffSeconds": 0}
+# Run inside a worker pod (as the image's user): SIGKILL the trainer worker processes, never torchrun's agent.
+KILL_WORKERS = """
+import os, signal
+killed = []
+for pid in filter(str.isdigit, os.listdir("/proc")):
+    try:
+        argv = open(f"/proc/{pid}/cmdline", "rb").read().split(b"\\0")
+    except OSError:
+        continue
+    if b"ddp_trainer" in argv and b"ddp_trainer.torchrun" not in argv and int(pid) != 1:
+        os.kill(int(pid), signal.SIGKILL)
+        killed.append(pid)
+print(" ".join(killed))
+"""
+
+
+def uids(cluster, namespace: str, name: str) -> dict[str, str]:
+    out = cluster.kubectl("-n", namespace, "get", "pods", "-l", f"ddpjob.dev/job-name={name}", "-o", "json")
+    return {p["metadata"]["name"]: p["metadata"]["uid"] for p in json.loads(out.stdout)["items"]
+            if not p["metadata"].get("deletionTimestamp")}
+
+
+def wait_step(cluster, namespace: str, name: str, step: int) -> None:
+    def reached():
+        log = cluster.kubectl("-n", namespace, "logs", f"{name}-worker-0", "--timestamps", check=False).stdout
+        steps = parse_trainer_log(log).steps
+        return steps and steps[-1] >= step
+    wait_until(reached, timeout=JOB_TIMEOUT, interval=1, what=f"{name} at step {step}")
+
+
+def test_in_place_a_killed_trainer_process_restarts_inside_its_pod_and_no_pod_is_recreated(
+        cluster, namespace, real_nodes, trainer_image, operator):
+    job = digits_job(trainer_image, "inplace", steps=600)
+    job["spec"]["runPolicy"] = IN_PLACE
+    cluster.kubectl("-n", namespace, "apply", "-f", "-", input=json.dumps(job))
+    wait_step(cluster, namespace, "inplace", 60)
+    before = uids(cluster, namespace, "inplace")
+    killed = cluster.kubectl("-n", namespace, "exec", "inplace-worker-1", "--", "python", "-c", KILL_WORKERS)
+    assert killed.stdout.strip(), "no trainer worker process found in inplace-worker-1"
+    counted = wait_until(lambda: (s := status_of(cluster, namespace, "inplace")).get("restarts") == 1 and s,
+                         timeout=JOB_TIMEOUT, interval=1, what="the in-place restart counted")
+    assert counted["attempt"] == 0, "no new attempt: torchrun re-formed the group inside its pods"
+    status = finished(cluster, namespace, "inplace")
+    assert status["phase"] == "Succeeded", status
+    assert uids(cluster, namespace, "inplace") == before, "the same two pods, never deleted or created"
+    assert (status["restarts"], status["platformRestarts"], status["attempt"]) == (1, 0, 0), status
+    assert [r["how"] for r in status["recoveries"]] == ["InPlace"], status["recoveries"]
+
+
+def test_in_place_a_deleted_pod_is_replaced_alone_on_a_real_node(
+        cluster, namespace, real_nodes, trainer_image, operator):
+    job = digits_job(trainer_image, "replace", steps=600)
+    job["spec"]["runPolicy"] = IN_PLACE
+    cluster.kubectl("-n", namespace, "apply", "-f", "-", input=json.dumps(job))
+    wait_step(cluster, namespace, "replace", 60)
+    before = uids(cluster, namespace, "replace")
+    cluster.kubectl("-n", namespace, "delete", "pod", "replace-worker-1", "--wait=false")
+    status = finished(cluster, namespace, "replace")
+    assert status["phase"] == "Succeeded", status
+    after = uids(cluster, namespace, "replace")
+    assert after["replace-worker-0"] == before["replace-worker-0"], "the survivor was never replaced"
+    assert after["replace-worker-1"] != before["replace-worker-1"]
+    assert (status["attempt"], status["platformRestarts"], status["restarts"]) == (0, 1, 0), status
+    assert [r["how"] for r in status["recoveries"]] == ["PodReplaced"], status["recoveries"]
+
+
+def test_recreate_a_killed_container_restarts_the_group_from_its_checkpoint(
+        cluster, namespace, real_nodes, trainer_image, operator):
+    """Recreate (the default): a trainer killed in one pod fails that pod's container (137, not an OOM kill); the
+    operator recreates the group as a new attempt from the newest checkpoint on the shared hostPath."""
+    cluster.kubectl("-n", namespace, "apply", "-f", "-", input=json.dumps(digits_job(trainer_image, "recreate",
+                                                                                     steps=400)))
+    wait_step(cluster, namespace, "recreate", 60)
+    cluster.kubectl("-n", namespace, "exec", "recreate-worker-1", "--", "python", "-c", KILL_WORKERS)
+    status = finished(cluster, namespace, "recreate")
+    assert status["phase"] == "Succeeded", status
+    assert status["attempt"] >= 1 and status["restarts"] == 1, status
+    (entry,) = status["recoveries"]
+    # Recreated with at most a checkpoint interval (20 steps) to do again: the operator's last scrape of the step
+    # (it lags the log by its 2 s interval) against the trainer's newest checkpoint.
+    assert entry["how"] == "GroupRecreated" and entry["exitCode"] == 137 and entry["reason"] != "OOMKilled", entry
+    assert entry["step"] > 0 and entry["stepsLost"] <= 20, entry
