@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-import job_lifecycle
+from support import job_lifecycle
 import operator_as_service_account as operator_sa
-from chart_tools import CHART
+from support.chart_tools import CHART
 
 FIXTURES = Path(__file__).parent / "fixtures"
 

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import yaml
 
-from chart_tools import CHART, ROOT, helm, set_flags
+from support.chart_tools import CHART, ROOT, helm, set_flags
 from support.cluster import Cluster, delete_namespace, wait_until
 from support.ports import free_port
 

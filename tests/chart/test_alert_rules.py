@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from chart_tools import binary, rule_groups
+from support.chart_tools import binary, rule_groups
 
 FIXTURES = Path(__file__).parent / "fixtures"
 ALERTS = {"DDPJobFailed", "DDPJobRestartStorm", "DDPJobNoTrainingProgress", "DDPJobStragglerRank"}

@@ -11,7 +11,7 @@ import uuid
 import pytest
 import yaml
 
-from chart_tools import ALL_FEATURES, CHART, helm, render, set_flags
+from support.chart_tools import ALL_FEATURES, CHART, helm, render, set_flags
 
 # kwok's simulated nodes are GPU nodes with this taint; the operator pod tolerates it here to be scheduled.
 TOLERATE_KWOK = {"tolerations[0].key": "nvidia.com/gpu", "tolerations[0].operator": "Exists",

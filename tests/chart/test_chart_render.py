@@ -9,7 +9,7 @@ import re
 import pytest
 import yaml
 
-from chart_tools import ALL_FEATURES, CHART, find, helm, one, render, set_flags
+from support.chart_tools import ALL_FEATURES, CHART, find, helm, one, render, set_flags
 
 
 def test_helm_lint_strict_defaults_and_all_features():

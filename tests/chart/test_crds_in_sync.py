@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import yaml
 
-from chart_tools import CHART, ROOT
+from support.chart_tools import CHART, ROOT
 
 SOURCE = ROOT / "crds"
 COPY = CHART / "crds"

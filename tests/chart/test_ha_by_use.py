@@ -10,7 +10,7 @@ import urllib.request
 
 import pytest
 
-import job_lifecycle
+from support import job_lifecycle
 import operator_as_service_account as operator_sa
 from support.cluster import wait_until
 from test_rbac_by_use import assert_no_request_refused

@@ -7,7 +7,7 @@ import shutil
 import subprocess
 import zipfile
 
-from chart_tools import ROOT
+from support.chart_tools import ROOT
 
 DOCKERFILE = ROOT / "operator" / "Dockerfile"
 HADOLINT = ROOT / ".venv" / "bin" / "hadolint"

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-import prometheus_server
-from chart_tools import ROOT, dashboard, rule_groups
+from support import prometheus_server
+from support.chart_tools import ROOT, dashboard, rule_groups
 from support.ports import free_port
 from promql_names import dashboard_metric_names, rule_metric_names
 from support.cluster import wait_until

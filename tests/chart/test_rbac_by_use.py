@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-import job_lifecycle
+from support import job_lifecycle
 import operator_as_service_account as operator_sa
 
 REFUSED = re.compile(r"forbidden|\b403\b|unauthorized|\b401\b", re.I)

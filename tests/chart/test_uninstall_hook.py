@@ -13,9 +13,9 @@ import sys
 
 import yaml
 
-import job_lifecycle
+from support import job_lifecycle
 import operator_as_service_account as operator_sa
-from chart_tools import ROOT, helm
+from support.chart_tools import ROOT, helm
 from support.cluster import wait_until
 
 HOOK_LABEL = "app.kubernetes.io/component=uninstall-hook"

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 
-from chart_tools import render
+from support.chart_tools import render
 
 OPERATOR_SRC = Path(__file__).resolve().parents[2] / "operator" / "src" / "ddpjob_operator"
 NEVER_RESOURCES = {"secrets", "pods/exec", "pods/attach", "pods/portforward", "pods/proxy", "nodes/proxy",

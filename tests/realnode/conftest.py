@@ -5,17 +5,12 @@ brings them up (and the images into them) and takes them down after it, so no ot
 from __future__ import annotations
 
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from support.cluster import ROOT, Cluster
 from support.realnode import IMAGES_SH, NODES, realnode
-
-# The chart suite's helpers (helm, a real Prometheus, a DDPJob driven through a restart on kwok nodes) serve the
-# operator installed by Helm on the real nodes too.
-sys.path.insert(0, str(ROOT / "tests" / "chart"))
 
 
 @pytest.fixture(scope="module")

@@ -10,9 +10,9 @@ import subprocess
 
 import pytest
 
-import prometheus_server
-from chart_tools import CHART, helm
-from job_lifecycle import drive_through_restart
+from support import prometheus_server
+from support.chart_tools import CHART, helm
+from support.job_lifecycle import drive_through_restart
 from support.cluster import wait_until
 from support.realnode import IMAGES_SH, TOLERATE
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import yaml
 
-from chart_tools import binary
+from support.chart_tools import binary
 from support.ports import free_port
 from support.cluster import wait_until
 
