@@ -19,6 +19,9 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 bin="$root/.cache/bin"
 dir=${CLUSTER_DIR:-$root/.local-cluster}
+logs_hint="$dir/logs"
+# shellcheck source=hack/lib.sh
+source "$root/hack/lib.sh"
 NODES=${NODES:-4}
 GPUS_PER_NODE=${GPUS_PER_NODE:-8}
 ETCD_PORT=${ETCD_PORT:-23790}
@@ -39,10 +42,8 @@ else
 fi
 COMPONENTS=(etcd kube-apiserver kube-controller-manager kube-scheduler kwok)
 
-log() { echo ">> $*" >&2; }
 kubectl_() { "$bin/kubectl" --kubeconfig "$dir/kubeconfig" "$@"; }
 
-pid_alive() { local f="$dir/pids/$1.pid"; [[ -f "$f" ]] && kill -0 "$(cat "$f")" 2>/dev/null; }
 
 # --- certificates -------------------------------------------------------------------------------------------
 gen_cert() { # gen_cert NAME SUBJECT [SAN]
@@ -175,14 +176,6 @@ stop_component() {
   rm -f "$f"
 }
 
-wait_for() { # wait_for SECONDS DESCRIPTION COMMAND...
-  local secs=$1 what=$2; shift 2
-  local deadline=$((SECONDS + secs))
-  until "$@" >/dev/null 2>&1; do
-    if ((SECONDS > deadline)); then log "timed out waiting for $what (logs: $dir/logs)"; return 1; fi
-    sleep 0.25
-  done
-}
 
 etcd_healthy() { curl -sf "http://127.0.0.1:$ETCD_PORT/health" | grep -q true; }
 apiserver_ready() { kubectl_ get --raw /readyz; }

@@ -15,6 +15,8 @@ bin="$root/.cache/bin"
 dir=${CLUSTER_DIR:-$root/.local-cluster}
 images_dir=${DDPJOB_IMAGES_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/ddpjob-operator/images}
 run_dir=${DDPJOB_REALNODE_RUN:-/run/ddpjob-realnodes}
+# shellcheck source=hack/lib.sh
+source "$root/hack/lib.sh"
 DEBIAN_MIRROR=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
 # What the base holds: Python as the python:3.11-slim image has it (python, pip that installs system-wide), the
 # user tools the Dockerfiles call (groupadd, useradd), and CA certificates.
@@ -22,7 +24,6 @@ BASE_PACKAGES=python3,python3-pip,python-is-python3,passwd,ca-certificates
 BASE_NAME=localhost/ddpjob/debian-python:bookworm
 mkdir -p "$images_dir"
 
-log() { echo ">> $*" >&2; }
 
 recipe_hash() { (declare -f base; echo "$BASE_PACKAGES") | sha256sum | cut -c1-16; } # the base's recipe only
 

@@ -20,7 +20,10 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 bin="$root/.cache/bin"
 dir=${CLUSTER_DIR:-$root/.local-cluster}
+# shellcheck source=hack/lib.sh
+source "$root/hack/lib.sh"
 nodes_dir="$dir/realnodes"
+logs_hint="$nodes_dir/*/logs"
 run_dir=${DDPJOB_REALNODE_RUN:-/run/ddpjob-realnodes} # sockets: a short path (unix sockets allow 108 bytes)
 images_dir=${DDPJOB_IMAGES_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/ddpjob-operator/images}
 # Each node's containerd root (its image content and snapshots) is a cache outside the checkout, kept by `down`:
@@ -33,23 +36,13 @@ PAUSE_IMAGE=localhost/ddpjob/pause:3.10
 CHAIN=DDPJOB-REALNODES
 RUNC=${RUNC:-$(command -v runc || echo /usr/sbin/runc)}
 
-log() { echo ">> $*" >&2; }
 kubectl_() { "$bin/kubectl" --kubeconfig "$dir/kubeconfig" "$@"; }
 name_of() { echo "realnode-$1"; }
 node_dir() { echo "$nodes_dir/node-$1"; }
 sock_of() { echo "$run_dir/node-$1/containerd.sock"; }
 crictl_() { local i=$1; shift; "$bin/crictl" --runtime-endpoint "unix://$(sock_of "$i")" --timeout 20s "$@"; }
 ctr_() { local i=$1; shift; "$bin/ctr" --address "$(sock_of "$i")" --namespace k8s.io "$@"; }
-pid_alive() { local f="$dir/pids/$1.pid"; [[ -f "$f" ]] && kill -0 "$(cat "$f")" 2>/dev/null; }
 
-wait_for() { # wait_for SECONDS DESCRIPTION COMMAND...
-  local secs=$1 what=$2; shift 2
-  local deadline=$((SECONDS + secs))
-  until "$@" >/dev/null 2>&1; do
-    if ((SECONDS > deadline)); then log "timed out waiting for $what (logs: $nodes_dir/*/logs)"; return 1; fi
-    sleep 0.25
-  done
-}
 
 # --- the pause image: built here from Kubernetes' own pause.c, as registry.k8s.io/pause is -------------------
 pause_image() {

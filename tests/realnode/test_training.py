@@ -150,13 +150,18 @@ def wait_step(cluster, namespace: str, name: str, step: int) -> None:
     wait_until(reached, timeout=JOB_TIMEOUT, interval=1, what=f"{name} at step {step}")
 
 
-def test_in_place_a_killed_trainer_process_restarts_inside_its_pod_and_no_pod_is_recreated(
-        cluster, namespace, real_nodes, trainer_image, operator):
-    job = digits_job(trainer_image, "inplace", steps=600)
+def start_in_place(cluster, namespace: str, image: str, name: str) -> dict[str, str]:
+    """An InPlace digits job trained to step 60: the uid of each of its pods."""
+    job = digits_job(image, name, steps=600)
     job["spec"]["runPolicy"] = IN_PLACE
     cluster.kubectl("-n", namespace, "apply", "-f", "-", input=json.dumps(job))
-    wait_step(cluster, namespace, "inplace", 60)
-    before = uids(cluster, namespace, "inplace")
+    wait_step(cluster, namespace, name, 60)
+    return uids(cluster, namespace, name)
+
+
+def test_in_place_a_killed_trainer_process_restarts_inside_its_pod_and_no_pod_is_recreated(
+        cluster, namespace, real_nodes, trainer_image, operator):
+    before = start_in_place(cluster, namespace, trainer_image, "inplace")
     killed = cluster.kubectl("-n", namespace, "exec", "inplace-worker-1", "--", "python", "-c", KILL_WORKERS)
     assert killed.stdout.strip(), "no trainer worker process found in inplace-worker-1"
     counted = wait_until(lambda: (s := status_of(cluster, namespace, "inplace")).get("restarts") == 1 and s,
@@ -171,11 +176,7 @@ def test_in_place_a_killed_trainer_process_restarts_inside_its_pod_and_no_pod_is
 
 def test_in_place_a_deleted_pod_is_replaced_alone_on_a_real_node(
         cluster, namespace, real_nodes, trainer_image, operator):
-    job = digits_job(trainer_image, "replace", steps=600)
-    job["spec"]["runPolicy"] = IN_PLACE
-    cluster.kubectl("-n", namespace, "apply", "-f", "-", input=json.dumps(job))
-    wait_step(cluster, namespace, "replace", 60)
-    before = uids(cluster, namespace, "replace")
+    before = start_in_place(cluster, namespace, trainer_image, "replace")
     cluster.kubectl("-n", namespace, "delete", "pod", "replace-worker-1", "--wait=false")
     status = finished(cluster, namespace, "replace")
     assert status["phase"] == "Succeeded", status
