@@ -21,11 +21,11 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from .config import parse_config
-from .ddp_model import autocast_context
+from .ddp_model import autocast_context, make_optimizer
 from .device_options import peak_tflops
 from .distributed_env import DistEnv, choose_backend, choose_device, init_process_group
 from .progress_log import Identity
-from .trainer import Trainer, make_optimizer
+from .trainer import Trainer
 from .workloads import IndexableTensors, build_workload
 
 # Per-rank batch per workload and preset: large enough to keep a GPU busy, small enough for a CPU test.

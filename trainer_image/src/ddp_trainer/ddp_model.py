@@ -61,3 +61,14 @@ def autocast_context(device: torch.device, mode: str):
     if mode in ("bf16", "fp16"):
         return torch.autocast(device_type=device.type, dtype=torch.bfloat16 if mode == "bf16" else torch.float16)
     return contextlib.nullcontext()
+
+
+def make_optimizer(model: torch.nn.Module, train_cfg, fused: bool = False) -> torch.optim.Optimizer:
+    if train_cfg.optimizer == "sgd":
+        return torch.optim.SGD(
+            model.parameters(), lr=train_cfg.lr, momentum=train_cfg.momentum, weight_decay=train_cfg.weight_decay
+        )
+    # fused: one kernel for every parameter's update (device_options.use_fused); None keeps torch's foreach.
+    return torch.optim.AdamW(
+        model.parameters(), lr=train_cfg.lr, weight_decay=train_cfg.weight_decay, fused=fused or None
+    )

@@ -27,7 +27,7 @@ What changes against the plain DDP path, and why:
 import os
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import torch
 import torch.distributed as dist
@@ -44,14 +44,43 @@ from torchft.optim import OptimizerWrapper  # type: ignore[import-untyped]  # no
 from torchft.process_group import ProcessGroupGloo, ProcessGroupNCCL  # type: ignore[import-untyped]  # noqa: E402
 
 from .batching import SamplePosition  # noqa: E402
+from .config import Config  # noqa: E402
+from .ddp_model import make_optimizer  # noqa: E402
 from .distributed_env import DistEnv  # noqa: E402
 from .fault_tolerance import BATCHES_COMMITTED_KEY, ReplicaGroupEnv  # noqa: E402
-from .progress_log import emit, healed_line, quorum_line  # noqa: E402
+from .lr_schedule import LearningRateSchedule  # noqa: E402
+from .metrics import TrainerMetrics  # noqa: E402
+from .progress_log import Identity, emit, healed_line, quorum_line  # noqa: E402
 from .replica_sampler import ReplicaBatchSampler, data_position, steps_per_epoch  # noqa: E402
 from .rng_state import rank_seed, seed_everything  # noqa: E402
+from .workloads import Workload  # noqa: E402
 
-if TYPE_CHECKING:
-    from .trainer import Trainer
+
+class GroupTrainer(Protocol):
+    """What the replica groups read and write of the trainer (trainer.Trainer is one): its configuration and
+    identity, the model and optimizer states a heal moves, and the step, samples and data position a quorum sets.
+    Declared here so that this module needs nothing of trainer.py, which imports it."""
+
+    cfg: Config
+    device: torch.device
+    who: Identity
+    workload: Workload
+    metrics: TrainerMetrics
+    talks: bool
+    ddp: Any
+    base_optimizer: torch.optim.Optimizer
+    schedule: LearningRateSchedule
+    scaler: torch.amp.GradScaler
+    step: int
+    samples: int
+    position: SamplePosition
+    global_batch: int
+    dataset_len: int
+
+    @property
+    def rank_batch(self) -> int: ...
+
+    def _warn(self, message: str) -> None: ...
 
 
 def ignored_ddp_options(ddp_cfg: Any) -> list[str]:
@@ -117,7 +146,7 @@ class StepOptimizer(OptimizerWrapper):
 class ReplicaGroups:
     def __init__(self, ft_env: ReplicaGroupEnv, env: DistEnv):
         self.ft_env, self.env = ft_env, env
-        self.trainer: Trainer | None = None
+        self.trainer: GroupTrainer | None = None
         self.manager: Manager | None = None
         self.healed = False  # the last quorum moved this group's state to a live peer's
         self.healed_from: int | None = None  # that peer's replica group
@@ -133,13 +162,12 @@ class ReplicaGroups:
         return self.ft_env.num_replica_groups * w, self.ft_env.replica_group * w + self.env.rank
 
     def wrap(
-        self, trainer: "Trainer"
+        self, trainer: GroupTrainer
     ) -> tuple[TorchftDDP, Callable[..., Any], torch.optim.Optimizer, torch.optim.Optimizer]:
         """The Manager, the model in torchft's DDP and the optimizer in its wrapper; (ddp, callable model, the
         wrapper the trainer steps, the optimizer inside it that checkpoints and heals read and write)."""
         from .ddp_model import use_sync_batchnorm
         from .device_options import use_fused
-        from .trainer import make_optimizer
 
         self.trainer = trainer
         cfg, device, ft = trainer.cfg, trainer.device, self.ft_env
@@ -189,7 +217,7 @@ class ReplicaGroups:
         return self.manager
 
     @property
-    def _trainer(self) -> "Trainer":
+    def _trainer(self) -> GroupTrainer:
         assert self.trainer is not None, "wrap() is given the trainer"
         return self.trainer
 

@@ -20,7 +20,7 @@ from .batching import BatchPlan, SamplePosition, global_batch_size, loss_scale, 
 from .checkpoint import CheckpointStore, CheckpointUnreadable
 from .checkpoint_dcp import DcpStore, checkpoint_format, meta_request, model_and_optimizer_keys
 from .config import Config
-from .ddp_model import autocast_context, wrap_model
+from .ddp_model import autocast_context, make_optimizer, wrap_model
 from .device_options import apply_tf32, bf16_supported, cpu_count, loader_workers, peak_tflops, precision, use_fused
 from .distributed_env import DistEnv
 from .final_step import write_final_step
@@ -33,7 +33,7 @@ from .resume_checks import RunShape, check_keys, check_resumable, state_keys
 from .rng_state import capture_rng, rank_seed, restore_rng, seed_everything
 from .workloads import Workload, build_workload
 
-if TYPE_CHECKING:  # torchft is imported only in its mode
+if TYPE_CHECKING:  # torchft is imported only in its mode; replica_groups imports nothing of this module
     from .replica_groups import ReplicaGroups
 
 
@@ -541,17 +541,6 @@ def gather_to_rank_0(mine: dict, env: DistEnv) -> list[dict] | None:
     everyone: list | None = [None] * env.world_size if env.rank == 0 else None
     dist.gather_object(mine, everyone, dst=0)
     return everyone
-
-
-def make_optimizer(model: torch.nn.Module, train_cfg, fused: bool = False) -> torch.optim.Optimizer:
-    if train_cfg.optimizer == "sgd":
-        return torch.optim.SGD(
-            model.parameters(), lr=train_cfg.lr, momentum=train_cfg.momentum, weight_decay=train_cfg.weight_decay
-        )
-    # fused: one kernel for every parameter's update (device_options.use_fused); None keeps torch's foreach.
-    return torch.optim.AdamW(
-        model.parameters(), lr=train_cfg.lr, weight_decay=train_cfg.weight_decay, fused=fused or None
-    )
 
 
 def _already_batched(batch):
