@@ -36,6 +36,7 @@ from . import (
     in_place,
     kueue,
     kueue_step,
+    node_grace,
     ownership,
     placement_steps,
     placement_verdict,
@@ -335,7 +336,7 @@ def current_failures(
         if failure is not None:
             found.append(failure)
         else:
-            node_going = _requeue_for_node_grace(obs, settings, pod, plan) or node_going
+            node_going = node_grace.requeue_for_grace(obs, settings.node_lost_grace_seconds, pod, plan) or node_going
     if found and node_going and all(f.kind != failures.NODE_LOST for f in found):
         # Its peers fail first (their connections reset the moment it goes); decide once the node's grace has
         # said whether it is lost, so the cause is the node (the platform's), not a peer's exit (the trainer's).
@@ -376,27 +377,6 @@ def current_failures(
     return found
 
 
-def _requeue_for_node_grace(obs: Observed, settings: PlannerSettings, pod: dict[str, Any], plan: Plan) -> bool:
-    """Look again when the pod's NotReady node's grace ends; True when there is such a node."""
-    left = _grace_left(obs, settings, pod)
-    if left is not None:
-        plan.requeue(left)
-    return left is not None
-
-
-def _grace_left(obs: Observed, settings: PlannerSettings, pod: dict[str, Any]) -> float | None:
-    """Seconds left of the grace of the pod's NotReady node (None: its node is Ready, gone, or down since before
-    the pod was made); at most 0 once the grace is over."""
-    node = pod.get("spec", {}).get("nodeName")
-    if node and node in obs.nodes:
-        ready, since = failures.node_ready(obs.nodes[node])
-        created = parse_time(pod["metadata"].get("creationTimestamp"))
-        if not ready and since is not None and not (created is not None and since < created):
-            left = settings.node_lost_grace_seconds - (obs.now - since).total_seconds()
-            return left if left > 0 else None
-    return None
-
-
 def _failure_policy(
     obs: Observed,
     settings: PlannerSettings,
@@ -410,10 +390,9 @@ def _failure_policy(
     found = current_failures(obs, settings, spec, status, pods, plan)
     # A lost Lighthouse has no worker to replace alone: the group is recreated.
     found += replica_groups.lighthouse_failures(obs, spec, status, settings.node_lost_grace_seconds)
-    if not any(_grace_left(obs, settings, pod) is not None for pod in pods.current.values()):
-        # While a pod's node is inside its grace, the survivors' restarts may be that loss's: the replacement
-        # decision absorbs one (replace_pod.replace), so nothing is taken in before it. A pass that found a lost
-        # pod takes in only what ended pods' records say, not worker 0's scrape, for the same reason.
+    if not node_grace.any_in_grace(obs, settings.node_lost_grace_seconds, pods.current.values()):
+        # Nothing is taken in while a node is inside its grace (node_grace.py). A pass that found a lost pod takes
+        # in only what ended pods' records say, not worker 0's scrape: those restarts may be that loss's too.
         in_place.take_in(obs, spec, status, plan, [f.in_place_restarts for f in found], scraped=not found)
     if not found:
         spent = in_place.budget_spent(obs, spec, status)
