@@ -19,8 +19,8 @@ from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 from kubernetes.watch.watch import iter_resp_lines
 
-from ddpjob_operator.builders import JobRef, build_service, build_worker_pod
-from ddpjob_operator.spec import parse_spec
+from ddpjob_operator.state.spec import parse_spec
+from ddpjob_operator.workers.builders import JobRef, build_service, build_worker_pod
 
 TIMEOUT = (5, 30)
 

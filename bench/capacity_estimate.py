@@ -24,7 +24,7 @@ BASELINE_COMMIT = "4eb58ae^"
 
 
 def measure(nodes: int, pods: int, calls: int) -> dict:
-    from ddpjob_operator import watch_cache as wc
+    from ddpjob_operator.controller import watch_cache as wc
 
     node_index: dict[str, list] = {}
     ready = [{"type": "Ready", "status": "True", "lastTransitionTime": "2026-01-01T00:00:00Z"}]

@@ -76,7 +76,7 @@ waitForPodsReady:
     backoffMaxSeconds: 30
 integrations:
   frameworks: ["batch/job"]
-  # DDPJob's own operator creates its Workloads and pods (operator/src/ddpjob_operator/kueue.py).
+  # DDPJob's own operator creates its Workloads and pods (operator/src/ddpjob_operator/admission/kueue.py).
   externalFrameworks: ["DDPJob.v1alpha1.ddpjob.dev"]
 EOF
 }

@@ -24,7 +24,7 @@ from support.operator import QUEUE_LABEL_POLICY, ROOT, OperatorProcess
 from ddpjob_manifests import ddpjob
 from namespaced_kubectl import Kube
 
-from ddpjob_operator.kueue import DEACTIVATED_BY
+from ddpjob_operator.admission.kueue import DEACTIVATED_BY
 
 NS_PREFIX = "t-kq-"
 ADMIT_WITHIN = 60  # seconds: Kueue's admission cycle, then a reconcile and the scheduler; generous under load

@@ -7,7 +7,7 @@ from __future__ import annotations
 from support.cluster import wait_until
 
 from ddpjob_manifests import ddpjob
-from ddpjob_operator.builders import JobRef, build_network_policy
+from ddpjob_operator.workers.builders import JobRef, build_network_policy
 
 
 def selects(selector: dict, labels: dict) -> bool:

@@ -19,7 +19,7 @@ import pytest
 from ddp_trainer import torchrun as launcher
 from ddp_trainer.final_step import final_step_record
 from ddpjob_localnode.pod_status import termination_message
-from ddpjob_operator import failures
+from ddpjob_operator.recovery import failures
 from launch import DDP_TORCHRUN, TORCHRUN, run, trainer_env
 
 USER_SCRIPT = """import argparse

@@ -4,7 +4,7 @@ the image's entrypoint, its termination log read by the operator's own failures.
 from __future__ import annotations
 
 from ddp_trainer.final_step import TERMINATION_LOG_ENV, final_step_record, write_final_step
-from ddpjob_operator import failures
+from ddpjob_operator.recovery import failures
 from launch import DDP_TORCHRUN, run, trainer_env
 
 STEPS = 37  # not a multiple of the log interval: the last log line and the last step differ

@@ -10,7 +10,7 @@ import pytest
 from ddp_trainer import exit_codes
 from ddp_trainer.gpu_check import CudaProbe, NoUsableGpu, check_gpu, driver_version, gpus_requested, no_gpu_message
 from ddpjob_localnode.pod_status import termination_message
-from ddpjob_operator import failures
+from ddpjob_operator.recovery import failures
 from launch import DDP_TORCHRUN, run, trainer_env
 from test_failure_messages import failed_pod
 

@@ -11,9 +11,9 @@ import sys
 from datetime import datetime, timezone
 
 from support.ports import free_port
-from ddpjob_operator import failures
-from ddpjob_operator.failure_class import PLATFORM, class_of
-from ddpjob_operator.restart_policy import RESTART, RestartBudget, decide_restart
+from ddpjob_operator.recovery import failures
+from ddpjob_operator.recovery.failure_class import PLATFORM, class_of
+from ddpjob_operator.recovery.restart_policy import RESTART, RestartBudget, decide_restart
 
 
 def test_a_rendezvous_timeout_is_not_the_trainers_exit_code(tmp_path):

@@ -20,7 +20,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from ddp_trainer import metrics, report
 from ddp_trainer.config import MetricsConfig, env_name
 from ddp_trainer.report import ProgressReporter
-from ddpjob_operator.progress import parse_progress
+from ddpjob_operator.tracking.progress import parse_progress
 from support.ports import free_port, free_port_block
 
 

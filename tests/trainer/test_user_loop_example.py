@@ -16,7 +16,7 @@ from launch import ROOT, TORCHRUN, run, start, trainer_env, worker_pids
 from support.cluster import wait_until
 from support.ports import free_port_block
 
-from ddpjob_operator.progress import parse_progress
+from ddpjob_operator.tracking.progress import parse_progress
 
 SCRIPT = ROOT / "examples" / "user-loop" / "train.py"
 

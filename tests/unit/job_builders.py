@@ -6,7 +6,8 @@ import copy
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from ddpjob_operator import api, replica_groups
+from ddpjob_operator import api
+from ddpjob_operator.recovery import replica_groups
 from ddpjob_operator.plan import Observed
 from ddpjob_operator.timefmt import format_time
 

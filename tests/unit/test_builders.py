@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from ddpjob_operator import api
-from ddpjob_operator.builders import JobRef, build_service, build_worker_pod
-from ddpjob_operator.rendezvous import merge_env, rendezvous_env
-from ddpjob_operator.spec import parse_spec
+from ddpjob_operator.workers.builders import JobRef, build_service, build_worker_pod
+from ddpjob_operator.workers.rendezvous import merge_env, rendezvous_env
+from ddpjob_operator.state.spec import parse_spec
 
 from job_builders import make_job
 

@@ -4,7 +4,7 @@ from decimal import Decimal
 
 import pytest
 
-from ddpjob_operator.capacity import GROW, SHRINK, NodeRoom, decide_size, pod_requests, pods_that_fit, size_to_start
+from ddpjob_operator.placement.capacity import GROW, SHRINK, NodeRoom, decide_size, pod_requests, pods_that_fit, size_to_start
 
 
 def node(name, gpus=8, ready=True, unschedulable=False, taints=()):

@@ -6,7 +6,7 @@ from datetime import timedelta
 
 import pytest
 
-from ddpjob_operator import conditions as c
+from ddpjob_operator.state import conditions as c
 
 from job_builders import NOW
 

@@ -2,7 +2,8 @@
 stand-in) and the trainer hold their own copies, and these tests hold the copies equal to the operator's."""
 
 from ddpjob_localnode.agent import DDPJOB_LABELS
-from ddpjob_operator import api, builders
+from ddpjob_operator import api
+from ddpjob_operator.workers import builders
 
 
 def test_the_local_nodes_log_labels_are_the_operators_pod_labels():
@@ -22,8 +23,8 @@ def test_the_local_nodes_log_context_reads_a_real_worker_pod():
 def test_the_local_node_writes_the_termination_log_where_the_operator_points_torchrun():
     from ddpjob_localnode.launch_plan import DEFAULT_TERMINATION_LOG
 
-    from ddpjob_operator.rendezvous import rendezvous_env
-    from ddpjob_operator.spec import parse_spec
+    from ddpjob_operator.workers.rendezvous import rendezvous_env
+    from ddpjob_operator.state.spec import parse_spec
 
     env = rendezvous_env(job="j", namespace="ns", job_uid="u", spec=parse_spec({}), index=0, attempt=0, restarts=0)
     assert {e["name"]: e.get("value") for e in env}["TORCHELASTIC_ERROR_FILE"] == DEFAULT_TERMINATION_LOG

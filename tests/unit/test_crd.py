@@ -71,7 +71,7 @@ def message_of(rule: dict) -> str:
 def test_the_port_clash_rule_uses_the_trainers_metrics_ports():
     """CEL cannot import the constants, so the numbers it spells are held equal to the code's here."""
     from ddp_trainer.metrics import DEFAULT_PORT
-    from ddpjob_operator.builders import TRAINER_METRICS_PORTS
+    from ddpjob_operator.workers.builders import TRAINER_METRICS_PORTS
 
     rule = spec_rule("clashes with the metrics ports")
     most = TRAINER_METRICS_PORTS[1] - TRAINER_METRICS_PORTS[0] + 1  # the processes a pod may run (nprocPerNode <= 64)
@@ -89,7 +89,7 @@ def test_the_nproc_rule_names_both_fields_and_the_fix():
 
 
 def test_shm_and_grace_defaults_match_the_operators():
-    from ddpjob_operator.spec import DEFAULT_GRACE_SECONDS, DEFAULT_SHM_SIZE
+    from ddpjob_operator.state.spec import DEFAULT_GRACE_SECONDS, DEFAULT_SHM_SIZE
 
     _, version = load()
     spec = version["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]

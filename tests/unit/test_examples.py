@@ -10,8 +10,8 @@ import pytest
 import yaml
 
 from ddpjob_operator import api
-from ddpjob_operator.builders import JobRef, build_worker_pod
-from ddpjob_operator.spec import parse_spec, trainer_container
+from ddpjob_operator.workers.builders import JobRef, build_worker_pod
+from ddpjob_operator.state.spec import parse_spec, trainer_container
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 FILES = sorted(EXAMPLES.glob("*.yaml"))

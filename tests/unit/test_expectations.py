@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from ddpjob_operator.expectations import Expectations, view_of
+from ddpjob_operator.controller.expectations import Expectations, view_of
 
 FIN = "ddpjob.dev/pod-tracking"
 KEY = ("ns", "a")

@@ -5,8 +5,8 @@ from datetime import timedelta
 import pytest
 from job_builders import NOW, ago, make_job, make_node, make_pod, observe
 
-from ddpjob_operator import failures as f
-from ddpjob_operator.failure_class import PLATFORM, TRAINER, class_of, counts_before
+from ddpjob_operator.recovery import failures as f
+from ddpjob_operator.recovery.failure_class import PLATFORM, TRAINER, class_of, counts_before
 from ddpjob_operator.planner import PlannerSettings, plan_reconcile
 
 SETTINGS = PlannerSettings(node_lost_grace_seconds=30, terminating_grace_seconds=60)

@@ -6,7 +6,7 @@ from datetime import timedelta
 
 import pytest
 
-from ddpjob_operator import failures as f
+from ddpjob_operator.recovery import failures as f
 
 from job_builders import NOW, make_node, make_pod
 
@@ -112,7 +112,7 @@ def test_torchrun_root_cause_replaces_its_generic_exit_1(name, message, want_kin
 
 
 def test_sigkilled_worker_is_retryable_under_exit_code_policy():
-    from ddpjob_operator.restart_policy import RESTART, RestartBudget, decide_restart
+    from ddpjob_operator.recovery.restart_policy import RESTART, RestartBudget, decide_restart
 
     failure = f.classify_pod_failure(make_pod().failed(1, message=KILLED_LOG).build(), NODES, NOW, 30)
     assert decide_restart("ExitCode", failure, RestartBudget(limit=3, used=0)).action == RESTART

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from ddpjob_operator import api, gang, gang_discovery
+from ddpjob_operator import api
+from ddpjob_operator.placement import gang, gang_discovery
 from ddpjob_operator.planner import PlannerSettings, plan_reconcile
-from ddpjob_operator.watch_cache import WatchCache, slim_pod
+from ddpjob_operator.controller.watch_cache import WatchCache, slim_pod
 
 from job_builders import NOW, UID, ago, make_job, make_node, make_pod
 

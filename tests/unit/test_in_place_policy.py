@@ -10,12 +10,12 @@ from datetime import timedelta
 
 import pytest
 
-from ddpjob_operator import recoveries
-from ddpjob_operator.failures import in_place_restarts, in_place_restarts_of
+from ddpjob_operator.recovery import recoveries
+from ddpjob_operator.recovery.failures import in_place_restarts, in_place_restarts_of
 from ddpjob_operator.plan import Plan
 from ddpjob_operator.planner import PlannerSettings, plan_reconcile
-from ddpjob_operator.rendezvous import max_restarts, overridable_defaults
-from ddpjob_operator.spec import parse_spec
+from ddpjob_operator.workers.rendezvous import max_restarts, overridable_defaults
+from ddpjob_operator.state.spec import parse_spec
 
 from job_builders import NOW, make_job, make_pod, observe, running_pods
 

@@ -7,10 +7,10 @@ import dataclasses
 
 from job_builders import NOW, make_job, make_pod, observe, running_pods
 
-from ddpjob_operator import kueue
-from ddpjob_operator.builders import JobRef, build_worker_pod, owner_reference
+from ddpjob_operator.admission import kueue
+from ddpjob_operator.workers.builders import JobRef, build_worker_pod, owner_reference
 from ddpjob_operator.planner import PlannerSettings, plan_reconcile
-from ddpjob_operator.spec import parse_spec
+from ddpjob_operator.state.spec import parse_spec
 
 FLAVORS = {"h100": {"nodeLabels": {"gpu": "h100"}, "tolerations": [{"key": "gpu", "operator": "Exists"}]}}
 

@@ -8,9 +8,9 @@ import pytest
 from job_builders import make_job, make_pod, running_pods
 from test_kueue_admission import governed, queued_job, workload_of
 
-from ddpjob_operator import kueue, queue_label
+from ddpjob_operator.admission import kueue, queue_label
 from ddpjob_operator.planner import PlannerSettings, plan_reconcile
-from ddpjob_operator.watch_cache import slim_pod
+from ddpjob_operator.controller.watch_cache import slim_pod
 
 
 def admitted_running(label="team"):

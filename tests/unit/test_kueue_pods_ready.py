@@ -9,7 +9,7 @@ from job_builders import make_job, make_pod, running_pods
 from test_kueue_admission import governed, queued_job, workload_of
 
 from ddpjob_operator.planner import PlannerSettings, plan_reconcile
-from ddpjob_operator.watch_cache import slim_pod
+from ddpjob_operator.controller.watch_cache import slim_pod
 
 
 def pods_ready_of(write):

@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from ddpjob_operator.leadership import POLL_SECONDS, SETTLE_SECONDS, leads, may_lead
+from ddpjob_operator.controller.leadership import POLL_SECONDS, SETTLE_SECONDS, leads, may_lead
 
 NOW = datetime(2026, 11, 25, 12, 0, tzinfo=UTC)
 

@@ -10,8 +10,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from ddpjob_operator.metrics_fetch import ScrapeError, fetch_metrics
-from ddpjob_operator.progress import ProgressScraper
+from ddpjob_operator.tracking.metrics_fetch import ScrapeError, fetch_metrics
+from ddpjob_operator.tracking.progress import ProgressScraper
 
 PAGE = b"# TYPE ddp_trainer_step gauge\nddp_trainer_step 42\nddp_trainer_loss 0.5\n"
 

@@ -6,7 +6,7 @@ from datetime import timedelta
 
 import pytest
 
-from ddpjob_operator.no_progress import Liveness, decide_no_progress, progress_after_scrape
+from ddpjob_operator.tracking.no_progress import Liveness, decide_no_progress, progress_after_scrape
 
 from job_builders import NOW, ago, make_job, make_pod, observe
 

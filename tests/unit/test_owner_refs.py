@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from kubernetes import client
 
-from ddpjob_operator import api, owner_refs
+from ddpjob_operator import api
+from ddpjob_operator.workers import owner_refs
 
 
 def refs(kind="DDPJob", uid="u1", controller=True):

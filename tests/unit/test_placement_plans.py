@@ -10,7 +10,7 @@ from datetime import timedelta
 
 from ddpjob_operator import api
 from ddpjob_operator.planner import PlannerSettings, plan_reconcile
-from ddpjob_operator.watch_cache import slim_pod
+from ddpjob_operator.controller.watch_cache import slim_pod
 
 from job_builders import NOW, UID, ago, make_job, make_node, make_pod, observe, running_pods
 

@@ -9,7 +9,7 @@ from datetime import timedelta
 import pytest
 from job_builders import NOW, ago, make_job, make_pod, observe
 
-from ddpjob_operator.placement_timeout import BACKOFF_CAP_SECONDS, backoff
+from ddpjob_operator.placement.placement_timeout import BACKOFF_CAP_SECONDS, backoff
 from ddpjob_operator.planner import PlannerSettings, plan_reconcile
 
 UNPLACED = [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable",

@@ -347,7 +347,7 @@ def test_tracking_finalizer_is_released_only_after_the_status_moved_past_the_pod
 
 
 def test_orphaned_pods_of_a_deleted_job_are_released():
-    from ddpjob_operator.orphans import plan_release_orphans
+    from ddpjob_operator.controller.orphans import plan_release_orphans
     plan = plan_release_orphans([make_pod("a", 0).terminating().build(), make_pod("a", 1).untracked().build()])
     assert plan.release_pods == ["a-worker-0"]
     assert (plan.status, plan.create_pods, plan.delete_pods) == (None, [], [])
@@ -372,7 +372,7 @@ def _podgroup(name, deleting=False):
 ])
 def test_a_namespace_being_deleted_has_its_jobs_pods_and_podgroups_deleted_at_once(name, pods, groups, terminating,
                                                                                    want):
-    from ddpjob_operator.orphans import plan_release_orphans
+    from ddpjob_operator.controller.orphans import plan_release_orphans
     plan = plan_release_orphans([p.build() for p in pods], groups, terminating)
     assert (plan.release_pods, plan.delete_podgroups, plan.delete_pods) == want, name
     assert (plan.status, plan.create_pods, plan.events) == (None, [], []), name

@@ -12,7 +12,7 @@ import pytest
 from ddpjob_operator import metrics
 from ddpjob_operator.plan import Observation, PodRefusal
 from ddpjob_operator.planner import plan_reconcile
-from ddpjob_operator.pod_rejection import RETRY_SECONDS
+from ddpjob_operator.recovery.pod_rejection import RETRY_SECONDS
 
 from job_builders import NOW, ago, make_job, make_pod, observe
 

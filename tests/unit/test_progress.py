@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from ddpjob_operator.progress import metrics_url, parse_progress
+from ddpjob_operator.tracking.progress import metrics_url, parse_progress
 
 from job_builders import make_job, make_pod, observe
 
@@ -57,7 +57,7 @@ def test_a_non_finite_value_never_reaches_the_status(loss, step, want):
 def test_the_latest_answer_says_whether_the_loss_is_a_number():
     from datetime import datetime, timezone
 
-    from ddpjob_operator.no_progress import progress_after_scrape
+    from ddpjob_operator.tracking.no_progress import progress_after_scrape
 
     now = datetime(2026, 1, 1, tzinfo=timezone.utc)
     finite = {"step": 5, "loss": 0.5, "attempt": 0}

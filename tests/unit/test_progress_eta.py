@@ -3,8 +3,8 @@ two progress writes of the same attempt."""
 
 import pytest
 
-from ddpjob_operator.no_progress import progress_after_scrape
-from ddpjob_operator.progress_eta import duration, with_eta
+from ddpjob_operator.tracking.no_progress import progress_after_scrape
+from ddpjob_operator.tracking.progress_eta import duration, with_eta
 from ddpjob_operator.timefmt import parse_time
 
 

@@ -2,7 +2,7 @@
 
 import pytest
 
-from ddpjob_operator.relist import ListingTracker, tombstone
+from ddpjob_operator.controller.relist import ListingTracker, tombstone
 
 
 def obj(uid, name=None, **extra):
@@ -60,7 +60,7 @@ def test_the_layer_wraps_the_pinned_kopf_stream():
     from kopf._cogs.clients import watching
     from kopf._core.reactor import queueing
 
-    from ddpjob_operator import relist
+    from ddpjob_operator.controller import relist
 
     assert "continuous_watch(" in inspect.getsource(watching.infinite_watch)
     assert "yield Bookmark.LISTED" in inspect.getsource(watching.continuous_watch)
@@ -76,7 +76,7 @@ def test_a_namespace_being_deleted_stays_watched_until_it_is_gone():
 
     from kopf._core.reactor import observation
 
-    from ddpjob_operator import terminating_namespaces
+    from ddpjob_operator.controller import terminating_namespaces
 
     assert "is_deleted(raw_event)" in inspect.getsource(observation.revise_namespaces)
     terminating_namespaces.install()

@@ -9,7 +9,7 @@ import pytest
 from job_builders import NOW, ago, make_job, make_node, make_pod, observe, running_pods
 
 from ddpjob_operator.planner import PlannerSettings, plan_reconcile
-from ddpjob_operator.pod_sort import sort_pods
+from ddpjob_operator.workers.pod_sort import sort_pods
 
 SETTINGS = PlannerSettings(node_lost_grace_seconds=30, terminating_grace_seconds=60)
 NODES = [make_node("node-0"), make_node("dead", ready=False, since=90)]
@@ -109,7 +109,7 @@ def test_a_lost_node_under_in_place_is_counted_once():
 
 # --- item 6: status.recoveries --------------------------------------------------------------------------------
 def test_an_open_entry_followed_by_another_still_closes():
-    from ddpjob_operator import recoveries
+    from ddpjob_operator.recovery import recoveries
     from ddpjob_operator.plan import Plan
 
     status = {"attempt": 0, "worldSize": 3, "recoveries": [
@@ -125,7 +125,7 @@ def test_an_open_entry_followed_by_another_still_closes():
 
 
 def test_entries_are_numbered_one_after_the_other():
-    from ddpjob_operator import recoveries
+    from ddpjob_operator.recovery import recoveries
 
     status = {"attempt": 0, "recoveries": [{"id": 7, "time": ago(30), "how": "InPlace", "attempt": 0, "message": "m"}]}
     entry = recoveries.record(status, NOW, recoveries.IN_PLACE, None, "m", done=True)  # type: ignore[arg-type]
@@ -287,7 +287,7 @@ def test_a_replacement_absorbs_the_survivors_restart_for_the_loss():
 ])
 def test_agent_urls(name, strategy, phase, want):
     from ddpjob_operator import api
-    from ddpjob_operator.progress import agent_urls
+    from ddpjob_operator.tracking.progress import agent_urls
 
     job = make_job("a").replicas(3)
     job._run()["restartStrategy"] = strategy

@@ -8,10 +8,11 @@ import dataclasses
 
 import pytest
 
-from ddpjob_operator import api, recoveries, replica_groups
-from ddpjob_operator.builders import JobRef, build_lighthouse_pod, build_service, build_worker_pod
+from ddpjob_operator import api
+from ddpjob_operator.recovery import recoveries, replica_groups
+from ddpjob_operator.workers.builders import JobRef, build_lighthouse_pod, build_service, build_worker_pod
 from ddpjob_operator.planner import PlannerSettings, plan_reconcile
-from ddpjob_operator.spec import parse_spec
+from ddpjob_operator.state.spec import parse_spec
 
 from job_builders import NOW, NS, UID, make_job, make_pod, observe, running_pods
 
@@ -296,7 +297,7 @@ def test_a_running_jobs_lighthouse_gone_recreates_the_group(how, lighthouse, nod
 def test_torchft_progress_is_read_from_the_lowest_live_group(name, pod0, replacing, want):
     from job_builders import make_node
 
-    from ddpjob_operator.progress import metrics_url
+    from ddpjob_operator.tracking.progress import metrics_url
 
     job = torchft(make_job("a").replicas(3)).running()
     if replacing:
@@ -314,7 +315,7 @@ def test_torchft_progress_is_read_from_the_lowest_live_group(name, pod0, replaci
 
 
 def test_without_torchft_worker_0_alone_is_read():
-    from ddpjob_operator.progress import metrics_url
+    from ddpjob_operator.tracking.progress import metrics_url
 
     job = make_job("a").replicas(2).running()
     pods = [with_metrics(make_pod("a", i).build()) for i in range(2)]
@@ -323,7 +324,7 @@ def test_without_torchft_worker_0_alone_is_read():
 
 
 def test_the_lighthouse_prefers_a_node_without_the_jobs_workers():
-    from ddpjob_operator.builders import build_worker_pod, worker_selector
+    from ddpjob_operator.workers.builders import build_worker_pod, worker_selector
 
     spec = parse_spec(torchft(make_job("a").replicas(2)).build()["spec"])
     pod = build_lighthouse_pod(JobRef("a", NS, UID), spec)

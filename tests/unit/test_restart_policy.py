@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from ddpjob_operator import failures as f
-from ddpjob_operator.restart_policy import FAIL, RESTART, RestartBudget, backoff_seconds, decide_restart
+from ddpjob_operator.recovery import failures as f
+from ddpjob_operator.recovery.restart_policy import FAIL, RESTART, RestartBudget, backoff_seconds, decide_restart
 
 EXIT1 = f.Failure("j-worker-1", f.EXIT_CODE, exit_code=1, reason="Error", message="ValueError: bad lr")
 EXIT127 = f.Failure("j-worker-1", f.EXIT_CODE, exit_code=127, reason="Error")

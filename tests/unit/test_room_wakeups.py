@@ -1,8 +1,8 @@
 """Freed room is offered to the waiting elastic jobs one at a time, highest priority then oldest first
 (room_wakeups.py)."""
 
-from ddpjob_operator.room_wakeups import STALE_TURN_SECONDS, RoomRounds, turn_order
-from ddpjob_operator.watch_cache import WatchCache, priority_entry
+from ddpjob_operator.placement.room_wakeups import STALE_TURN_SECONDS, RoomRounds, turn_order
+from ddpjob_operator.controller.watch_cache import WatchCache, priority_entry
 
 AGE = {("ns", "old"): "2026-01-01T00:00:00Z", ("ns", "mid"): "2026-01-02T00:00:00Z",
        ("ns", "new"): "2026-01-03T00:00:00Z"}

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from ddpjob_operator.status import JobStatus
+from ddpjob_operator.state.status import JobStatus
 
 ROOT = Path(__file__).resolve().parents[2]
 CRD = ROOT / "crds" / "ddpjob.dev_ddpjobs.yaml"
@@ -81,7 +81,7 @@ def test_the_comparison_sees_a_difference():
 def test_mypy_refuses_a_wrong_status_field(tmp_path, line, wrong):
     source = tmp_path / "uses_status.py"
     source.write_text(
-        "from ddpjob_operator.status import JobStatus\n\n\n"
+        "from ddpjob_operator.state.status import JobStatus\n\n\n"
         f"def touch(status: JobStatus) -> None:\n    {line}\n"
     )
     result = subprocess.run(

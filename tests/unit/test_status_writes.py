@@ -8,7 +8,7 @@ from datetime import timedelta
 import pytest
 from job_builders import NOW
 
-from ddpjob_operator.status_writes import WriteBudget, progress_due_in, progress_only, write_interval
+from ddpjob_operator.state.status_writes import WriteBudget, progress_due_in, progress_only, write_interval
 
 MIN = 60.0
 

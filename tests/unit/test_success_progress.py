@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from ddpjob_operator import failures
+from ddpjob_operator.recovery import failures
 from ddpjob_operator.planner import PlannerSettings, plan_reconcile
 
 from job_builders import ago, make_job, make_pod, observe

@@ -12,8 +12,8 @@ import yaml
 from ddp_trainer import metrics
 from ddpjob_localnode.launch_plan import build_launch_plan
 from ddpjob_operator import api
-from ddpjob_operator.builders import JobRef, build_worker_pod
-from ddpjob_operator.spec import parse_spec, trainer_container
+from ddpjob_operator.workers.builders import JobRef, build_worker_pod
+from ddpjob_operator.state.spec import parse_spec, trainer_container
 
 ROOT = Path(__file__).resolve().parents[2]
 MANIFEST = ROOT / "examples" / "user-loop.yaml"

@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 from ddpjob_operator import api
-from ddpjob_operator.watch_cache import (NETWORK_POLICY, SERVICE, WatchCache, child_entry, slim_job, slim_node,
-                                         slim_pod)
+from ddpjob_operator.controller.watch_cache import NETWORK_POLICY, SERVICE, WatchCache, child_entry, slim_job, slim_node, slim_pod
 
 from job_builders import NOW, make_job, make_node, make_pod
 
@@ -37,7 +36,7 @@ def test_slim_pod_keeps_what_the_planner_reads_and_drops_the_rest():
 
 
 def test_slim_pod_verdicts_match_the_full_pod():
-    from ddpjob_operator.failures import classify_pod_failure
+    from ddpjob_operator.recovery.failures import classify_pod_failure
     nodes = {"node-0": make_node()}
     assert classify_pod_failure(slim_pod(full_pod()), nodes, NOW, 30) == classify_pod_failure(full_pod(), nodes,
                                                                                               NOW, 30)
@@ -183,7 +182,7 @@ def test_recreated_job_disowns_the_old_jobs_pods():
 
 def test_a_pod_nominated_for_a_node_holds_its_room_as_a_bound_one_does():
     """A preemptor the scheduler nominated for a node: its victims' room is its own (watch_cache.held_on)."""
-    from ddpjob_operator.watch_cache import bound_pod, held_on
+    from ddpjob_operator.controller.watch_cache import bound_pod, held_on
 
     pod = make_pod("x", 0).pending().build()
     assert held_on(pod) is None and bound_pod(pod) is None
@@ -200,7 +199,7 @@ def gpu_node(name, gpus="8"):
 
 
 def holder(uid, node, gpus):
-    from ddpjob_operator.watch_cache import bound_pod
+    from ddpjob_operator.controller.watch_cache import bound_pod
 
     return bound_pod({"metadata": {"uid": uid}, "status": {"phase": "Running"},
                       "spec": {"nodeName": node, "containers": [

@@ -7,8 +7,8 @@ import asyncio
 
 import pytest
 
-from ddpjob_operator import workqueue
-from ddpjob_operator.workqueue import WorkQueue
+from ddpjob_operator.controller import workqueue
+from ddpjob_operator.controller.workqueue import WorkQueue
 
 
 def run(coro):

@@ -12,11 +12,14 @@ from typing import Any, cast
 import kopf
 from urllib3.exceptions import HTTPError
 
-from . import gang, kube, kueue, leadership, uninstall
+from . import uninstall
+from .admission import kueue
 from .config import OperatorConfig, parse_args
-from .handlers import build_registry
+from .controller import kube, leadership
+from .controller.handlers import build_registry
 from .logfmt import setup_logging
 from .metrics import serve
+from .placement import gang
 
 
 def resolve_gang(config: OperatorConfig, attempts: int = 10) -> OperatorConfig:

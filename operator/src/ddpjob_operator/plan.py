@@ -8,8 +8,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from .kueue import ActiveWrite, View, WorkloadWrite
-from .status import JobStatus
+from .admission.kueue import ActiveWrite, View, WorkloadWrite
+from .state.status import JobStatus
 
 
 @dataclass(frozen=True)

@@ -26,48 +26,35 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-from . import (
-    api,
-    builders,
+from . import api
+from .admission import kueue, kueue_step
+from .placement import gang, gang_discovery, placement_steps, placement_verdict, resize_policy
+from .placement.capacity import GROW, SHRINK, size_to_start
+from .placement.placement_steps import running as is_running
+from .plan import Observed, Plan
+from .recovery import (
     failure_class,
     failures,
-    gang,
-    gang_discovery,
     in_place,
-    kueue,
-    kueue_step,
     node_grace,
-    ownership,
-    placement_steps,
-    placement_verdict,
-    pod_names,
     pod_rejection,
-    progress_step,
     recoveries,
     replace_pod,
     replica_groups,
-    resize_policy,
     termination,
 )
-from . import conditions as c
-from .attempt_status import drop_restart_clock, new_group, sized, start_no_sooner
-from .builders import JobRef, build_network_policy, build_podgroup, build_service, build_worker_pod
-from .capacity import GROW, SHRINK, size_to_start
-from .no_progress import (
-    Liveness,
-    decide_no_progress,
-    final_progress,
-    show_progress_unknown,
-    trainer_ready,
-)
-from .owner_refs import tracked
-from .placement_steps import running as is_running
-from .plan import Observed, Plan
-from .pod_sort import SortedPods, replaced_uids, sort_pods
-from .restart_policy import RESTART, RestartBudget, backoff_seconds, decide_each, decide_restart
-from .spec import JobSpec, parse_spec
-from .status import JobStatus, LastFailure, status_of
+from .recovery.restart_policy import RESTART, RestartBudget, backoff_seconds, decide_each, decide_restart
+from .state import conditions as c
+from .state.attempt_status import drop_restart_clock, new_group, sized, start_no_sooner
+from .state.spec import JobSpec, parse_spec
+from .state.status import JobStatus, LastFailure, status_of
 from .timefmt import format_time, parse_time
+from .tracking import progress_step
+from .tracking.no_progress import Liveness, decide_no_progress, final_progress, show_progress_unknown, trainer_ready
+from .workers import builders, ownership, pod_names
+from .workers.builders import JobRef, build_network_policy, build_podgroup, build_service, build_worker_pod
+from .workers.owner_refs import tracked
+from .workers.pod_sort import SortedPods, replaced_uids, sort_pods
 
 NORMAL, WARNING = "Normal", "Warning"
 

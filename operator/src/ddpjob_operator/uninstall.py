@@ -20,9 +20,10 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from . import api, owner_refs
-from .kube import REQUEST_TIMEOUT, api_client, drained, status_of
+from . import api
+from .controller.kube import REQUEST_TIMEOUT, api_client, drained, status_of
 from .logfmt import setup_logging
+from .workers import owner_refs
 
 log = logging.getLogger("ddpjob.uninstall")
 TERMINAL = ("Succeeded", "Failed")

@@ -9,7 +9,7 @@ from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
 
-from ..progress_eta import duration
+from ..tracking.progress_eta import duration
 
 ENDED = ("Succeeded", "Failed")
 PHASE_STYLE = {"Running": "green", "Succeeded": "bold green", "Failed": "bold red", "Restarting": "yellow"}

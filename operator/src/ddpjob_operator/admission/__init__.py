@@ -1,0 +1,1 @@
+"""Admission by Kueue: its Workloads, the planner's Kueue step, and the queue label."""

@@ -1,0 +1,2 @@
+"""Where and at what size a job's pods go: gang scheduling, the placement timeout and verdicts, the capacity estimate,
+elastic resizing and who gets freed room."""

@@ -1,0 +1,186 @@
+"""Restarts done in place (runPolicy.restartStrategy: InPlace), counted into the job's budget (pure).
+
+Under InPlace a failed trainer process does not end its pod: torchrun's agents restart their workers inside the
+running pods and form the group again (PET_MAX_RESTARTS, rendezvous.max_restarts). The operator sees no pod end,
+so it counts those restarts from what reports them:
+- worker 0's `ddp_trainer_torchrun_restarts` (its agent's TORCHELASTIC_RESTART_COUNT; a peer's failure fails
+  worker 0's collectives too, so its agent restarts with the others), read with the progress scrape;
+- the termination record of a pod whose agent gave up (`ddpjobInPlaceRestarts`, ddp_trainer.torchrun), which
+  also covers a script that serves no metrics.
+torchrun's limit is what was left of backoffLimit when the pod was made, so its counter is the job's budget, never
+a second one: when it is spent the pod fails, and the failure policy finds the budget spent."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Any, cast
+
+from .. import api
+from ..plan import Observed, Plan
+from ..state.spec import IN_PLACE, JobSpec
+from ..state.status import InPlace, JobStatus, LastFailure
+from ..timefmt import format_time, parse_time
+from . import failure_class, failures, recoveries
+
+# After a replacement pod runs, its agent joins the survivors' rendezvous and they restart their workers to take
+# it in. torchrun does not count that as a failure, but the trainer's stop vote can: the first agent to see the
+# newcomer stops its workers with SIGTERM, they vote stop, and a peer that has not seen the newcomer yet exits 143
+# on its own, which its agent counts as a failed worker. One restart reported within this window after the
+# replacement runs is the join's, not the trainer's: counted as seen, charged to no budget. (A genuine failure
+# inside the window is taken for the join once; the next is charged.)
+JOIN_WINDOW = timedelta(seconds=120)
+LATE_JOIN = JOIN_WINDOW  # how long past its end a join first seen late is still taken for the join
+JOINED = "torchrun restarted the workers to take the replacement pod into the group: not a failure, no budget spent"
+
+
+def expect_join(status: JobStatus, now: datetime) -> None:
+    """The replacement runs: open the window in which one reported restart is its join (replace_pod.done)."""
+    status["inPlace"] = {
+        **agents_seen(status),  # type: ignore[typeddict-item]
+        "attempt": status["attempt"],
+        "restarts": counted(status),
+        "joinUntil": format_time(now + JOIN_WINDOW),
+    }
+
+
+def agents_seen(status: JobStatus) -> dict[str, Any]:
+    """The agents' counts already recorded for the current attempt (agent_record), to carry into a new record."""
+    seen: dict[str, Any] = dict(status.get("inPlace") or {})
+    if seen.get("attempt") != status.get("attempt"):
+        return {}
+    return {k: seen[k] for k in ("pods", "agentTotal") if k in seen}
+
+
+def counted(status: JobStatus) -> int:
+    """In-place restarts of the current attempt already in status.restarts."""
+    seen = status.get("inPlace") or {}
+    return int(seen.get("restarts", 0)) if seen.get("attempt") == status.get("attempt") else 0
+
+
+def reported(obs: Observed, ended: list[int], scraped: bool = True) -> int:
+    """The most in-place restarts anything of the current attempt reports: worker 0's scrape, and the termination
+    records of its pods that ended (`ended`)."""
+    count = (obs.progress or {}).get("inPlaceRestarts") if scraped else None
+    most = count if isinstance(count, int) else 0
+    return max([most, *ended])
+
+
+def join_window(status: JobStatus) -> datetime | None:
+    """The end of the open join window, if it belongs to the current attempt."""
+    seen = status.get("inPlace") or {}
+    return parse_time(seen.get("joinUntil")) if seen.get("attempt") == status.get("attempt") else None
+
+
+def _window_open(obs: Observed, join_until: datetime, new: int) -> bool:
+    """Whether one restart seen now may still be the join. Past its end the window stays open until a scrape taken
+    after the end has shown no new restart, for at most LATE_JOIN more: a join that happened inside the window but
+    was first seen later (the operator down, a scrape gap) is still the join. With no scrape, its time ends it."""
+    if obs.now <= join_until:
+        return True
+    if obs.now > join_until + LATE_JOIN:
+        return False
+    scraped_at = parse_time((obs.progress or {}).get("updateTime"))
+    if scraped_at is None:
+        return False
+    return new > 0 or scraped_at <= join_until
+
+
+def agent_record(obs: Observed, status: JobStatus) -> dict[str, Any]:
+    """The agents' side of status.inPlace after this pass's read: `pods` (uid -> the count last seen) and
+    `agentTotal`, the group restarts they showed so far in the attempt. One failure can make several agents count
+    (a peer's loss fails their workers too), and one agent can count several failures between two reads: a read
+    adds the largest increase of any one pod, not their sum."""
+    seen = status.get("inPlace") or {}
+    same = seen.get("attempt") == status.get("attempt")
+    pods: dict[str, int] = dict(seen.get("pods") or {}) if same else {}
+    total = int(seen.get("agentTotal", 0)) if same else 0
+    counts = obs.agent_restarts
+    if counts:
+        total += max((max(0, n - pods.get(uid, 0)) for uid, n in counts.items()), default=0)
+        live = {p["metadata"].get("uid") for p in obs.pods}
+        pods = {uid: n for uid, n in {**pods, **counts}.items() if uid in live}
+    out: dict[str, Any] = {}
+    if pods:
+        out["pods"] = pods
+    if total:
+        out["agentTotal"] = total
+    return out
+
+
+def take_in(
+    obs: Observed,
+    spec: JobSpec,
+    status: JobStatus,
+    plan: Plan,
+    ended: list[int] | None = None,
+    scraped: bool = True,
+) -> int:
+    """Count in-place restarts not yet counted into status.restarts (a Warning event and a recovery entry each
+    time); how many were new. `ended`: what the termination records of the attempt's ended pods say; `scraped`:
+    False leaves this pass's reads out (a pod lost in this pass: the survivors' restart for it is the
+    replacement's, replace_pod.replace)."""
+    if spec.run_policy.restart_strategy != IN_PLACE:
+        return 0
+    before = counted(status)
+    agents = agent_record(obs, status) if scraped else {}
+    new = max(reported(obs, ended or [], scraped), agents.get("agentTotal", 0)) - before
+    join_until = join_window(status)
+
+    def record(restarts: int) -> None:
+        status["inPlace"] = cast(InPlace, {"attempt": status["attempt"], "restarts": restarts, **agents})
+
+    if (status.get("inPlace") or {}).get("joinUntil") and join_until is None:
+        record(before)  # an earlier attempt's window
+    window_open = join_until is not None and _window_open(obs, join_until, new)
+    if join_until is not None and (new > 0 or not window_open):
+        record(before)  # the window is used or over
+        if new > 0 and window_open:
+            before, new = before + 1, new - 1
+            record(before)
+            plan.event("Normal", "ReplacementJoined", JOINED)
+    if new > 0:
+        _, was_reset = failure_class.counts_before(status, obs.now, spec.run_policy.healthy_reset_seconds)
+        if was_reset:  # a healthy stretch ended: both budgets start over, as for any other failure
+            status.update({"restarts": 0, "platformRestarts": 0})
+    if new <= 0:
+        if agents and {k: v for k, v in (status.get("inPlace") or {}).items() if k in agents} != agents:
+            if join_until is None or not window_open:
+                record(before)  # the agents' counts moved, all of it already counted
+            else:
+                status["inPlace"] = cast(InPlace, {**(status.get("inPlace") or {}), **agents})
+        return 0
+    status["restarts"] = status.get("restarts", 0) + new
+    record(before + new)
+    limit = spec.run_policy.backoff_limit
+    message = (
+        f"trainer processes restarted in place by torchrun ({before + new} in attempt {status['attempt']}); "
+        f"restarts {status['restarts']} of backoffLimit {limit}; no pod was replaced"
+    )
+    plan.event("Warning", "RestartedInPlace", message)
+    plan.observe("in_place_restarts", new)
+    recoveries.record(
+        status, obs.now, recoveries.IN_PLACE, cause=None, message=message, done=True, scraped=obs.progress
+    )
+    return new
+
+
+def budget_spent(obs: Observed, spec: JobSpec, status: JobStatus) -> tuple[str, str, LastFailure] | None:
+    """The operator's count decides, not torchrun's (rendezvous.max_restarts): restarts in place past backoffLimit
+    fail the job (after a healthy stretch take_in reset them first: failure_class.py). (reason, message, the last
+    failure) to fail with, or None."""
+    limit = spec.run_policy.backoff_limit
+    if spec.run_policy.restart_strategy != IN_PLACE or status.get("restarts", 0) <= limit:
+        return None
+    message = (
+        f"trainer processes restarted in place {status['restarts']} times; backoffLimit {limit} reached after "
+        f"{limit} restarts"
+    )
+    last: LastFailure = {
+        "pod": api.worker_name(obs.job["metadata"]["name"], 0),
+        "kind": failures.UNKNOWN,
+        "failureClass": failure_class.TRAINER,
+        "reason": "RestartedInPlace",
+        "message": message,
+        "time": format_time(obs.now),
+    }
+    return "BackoffLimitExceeded", message, last

@@ -1,0 +1,276 @@
+"""faultTolerance.mode: TorchFT, torchft replica groups (pure).
+
+Each worker pod is one replica group: its own torchrun group inside the pod (standalone, so no pod hosts a
+rendezvous another pod needs), kept in step with the other groups by torchft's Manager, which asks the job's
+Lighthouse for a quorum every step. A group that dies drops out of the quorum after the Lighthouse's heartbeat
+timeout and the others train on; its pod is replaced alone, and the newcomer heals from a live peer (weights and
+optimizer over the network, no checkpoint read).
+
+The Lighthouse is one pod per job, `<job>-lighthouse`, reached through the job's headless Service (which selects
+it too) at `<job>-lighthouse.<job>.<ns>.svc:<port>`. It runs from the trainer's image, which carries torchft
+(`torchft_lighthouse`). It lives while the job may run: created with the workers, after Kueue's admission, and
+deleted when the job is suspended or ends. One that ended is deleted and made again; the groups' Managers reach
+the new one at their next quorum. It has no tracking finalizer: its end is no failure to count."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from .. import api
+from ..plan import Observed, Plan
+from ..state import conditions as c
+from ..state.spec import JobSpec, trainer_container
+from ..state.status import JobStatus
+from ..timefmt import parse_time
+from . import failures
+from .failures import Failure
+
+COMPONENT = "lighthouse"
+PORT_NAME = "lighthouse"
+DEGRADED = "Degraded"
+# A small CPU process (the quorum's membership and heartbeats), but torchft's `torchft_lighthouse` entry point is
+# Python and imports torch first: about 620 MiB resident on the local node, measured.
+LIGHTHOUSE_RESOURCES = {"requests": {"cpu": "100m", "memory": "768Mi"}, "limits": {"memory": "1Gi"}}
+
+
+def lighthouse_name(job: str) -> str:
+    return f"{job}-lighthouse"
+
+
+def lighthouse_address(job: str, namespace: str, port: int) -> str:
+    """What TORCHFT_LIGHTHOUSE holds: the pod's stable DNS name under the job's headless Service."""
+    return f"http://{lighthouse_name(job)}.{job}.{namespace}.svc:{port}"
+
+
+def min_replicas(spec: JobSpec) -> int:
+    """The fewest groups that may train: elastic.minReplicas when set, else 1 (any survivor trains on)."""
+    return spec.elastic.min_replicas if spec.elastic is not None else 1
+
+
+def is_lighthouse(pod: dict[str, Any]) -> bool:
+    return (pod["metadata"].get("labels") or {}).get(api.LABEL_COMPONENT) == COMPONENT
+
+
+def split(pods: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(workers, lighthouses) of one job's pods."""
+    lighthouses = [p for p in pods if is_lighthouse(p)]
+    return [p for p in pods if not is_lighthouse(p)], lighthouses
+
+
+def replica_group_env(spec: JobSpec, *, job: str, namespace: str, index: int, size: int | None) -> dict[str, str]:
+    """What torchft's Manager and the trainer read, for replica group `index` of `size`."""
+    ft = spec.fault_tolerance
+    return {
+        "TORCHFT_LIGHTHOUSE": lighthouse_address(job, namespace, ft.lighthouse_port),
+        "REPLICA_GROUP_ID": str(index),
+        "NUM_REPLICA_GROUPS": str(size if size is not None else spec.replicas),
+        "TORCHFT_MIN_REPLICAS": str(min_replicas(spec)),
+        "TORCHFT_TIMEOUT_SEC": str(ft.timeout_seconds),
+        "TORCHFT_QUORUM_TIMEOUT_SEC": str(ft.quorum_timeout_seconds),
+        "TORCHFT_CONNECT_TIMEOUT_SEC": str(ft.timeout_seconds),
+    }
+
+
+def lighthouse_args(spec: JobSpec) -> list[str]:
+    ft = spec.fault_tolerance
+    return [
+        # The pod's own address, not [::]: on the local node every pod shares the machine's network.
+        f"--bind=$(POD_IP):{ft.lighthouse_port}",
+        f"--min_replicas={min_replicas(spec)}",
+        f"--join_timeout_ms={ft.join_timeout_ms}",
+        f"--quorum_tick_ms={ft.quorum_tick_ms}",
+        f"--heartbeat_timeout_ms={ft.heartbeat_timeout_ms}",
+    ]
+
+
+def build_lighthouse_pod(
+    job_name: str, namespace: str, spec: JobSpec, labels: dict[str, str], owner: dict[str, Any]
+) -> dict[str, Any]:
+    """The job's Lighthouse: the trainer's image, node selection and pull secrets, none of its GPUs."""
+    pod_spec = (spec.template.get("spec") or {}) if spec.template else {}
+    trainer = trainer_container(pod_spec.get("containers", [])) or {}
+    kept = {
+        k: copy.deepcopy(pod_spec[k])
+        for k in ("nodeSelector", "tolerations", "imagePullSecrets", "priorityClassName", "securityContext")
+        if k in pod_spec
+    }
+    container: dict[str, Any] = {
+        "name": COMPONENT,
+        "image": trainer.get("image", ""),
+        "command": ["torchft_lighthouse"],
+        "args": lighthouse_args(spec),
+        "env": [{"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}],
+        "ports": [{"name": PORT_NAME, "containerPort": spec.fault_tolerance.lighthouse_port, "protocol": "TCP"}],
+        "resources": copy.deepcopy(LIGHTHOUSE_RESOURCES),
+        "terminationMessagePolicy": "FallbackToLogsOnError",
+    }
+    if "imagePullPolicy" in trainer:
+        container["imagePullPolicy"] = trainer["imagePullPolicy"]
+    ft = spec.fault_tolerance
+    if ft.lighthouse_node_selector is not None:
+        kept["nodeSelector"] = copy.deepcopy(ft.lighthouse_node_selector)
+    if ft.lighthouse_tolerations is not None:
+        kept["tolerations"] = copy.deepcopy(ft.lighthouse_tolerations)
+    name = lighthouse_name(job_name)
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "labels": {**labels, api.LABEL_COMPONENT: COMPONENT},
+            "ownerReferences": [owner],
+        },
+        "spec": {
+            **kept,
+            "restartPolicy": "Never",
+            "hostname": name,
+            "subdomain": job_name,
+            "automountServiceAccountToken": False,
+            "terminationGracePeriodSeconds": 5,
+            "containers": [container],
+            "affinity": away_from_workers(job_name),
+        },
+    }
+
+
+def away_from_workers(job_name: str) -> dict[str, Any]:
+    """The Lighthouse prefers a node without this job's workers: a lost worker node then costs one replica group,
+    not the quorum every group needs. Preferred only: on a cluster where every node holds a worker it still runs."""
+    return {
+        "podAntiAffinity": {
+            "preferredDuringSchedulingIgnoredDuringExecution": [
+                {
+                    "weight": 100,
+                    "podAffinityTerm": {
+                        "labelSelector": {"matchLabels": {api.LABEL_JOB_NAME: job_name, api.LABEL_COMPONENT: "worker"}},
+                        "topologyKey": "kubernetes.io/hostname",
+                    },
+                }
+            ]
+        }
+    }
+
+
+@dataclass(frozen=True)
+class LighthousePlan:
+    create: list[dict[str, Any]] = field(default_factory=list)
+    delete: list[str] = field(default_factory=list)
+    force_delete: list[str] = field(default_factory=list)
+
+
+def plan_lighthouse(
+    wanted: bool, lighthouses: list[dict[str, Any]], build: Callable[[], dict[str, Any]], lost: Callable[[dict], bool]
+) -> LighthousePlan:
+    """Exactly one live Lighthouse while `wanted`, none otherwise. `build()` makes the manifest; `lost(pod)`: its
+    node is gone or NotReady past the node grace. One that ended is deleted and its successor comes once it is gone
+    (its name is the DNS name the groups know). One on a lost node is force-deleted at once: unlike a worker it
+    holds no device and no state (the groups keep the step), and every group waits on its name."""
+    live = [p for p in lighthouses if not p["metadata"].get("deletionTimestamp")]
+    if not wanted:
+        return LighthousePlan(delete=[p["metadata"]["name"] for p in live])
+    stranded = [p["metadata"]["name"] for p in lighthouses if lost(p)]
+    if stranded:
+        return LighthousePlan(force_delete=stranded)
+    ended = [p for p in live if (p.get("status") or {}).get("phase") in ("Succeeded", "Failed")]
+    if ended:
+        return LighthousePlan(delete=[p["metadata"]["name"] for p in ended])
+    if lighthouses:
+        return LighthousePlan()  # running, starting, or the old one still going away
+    return LighthousePlan(create=[build()])
+
+
+def _lost(obs: Observed, grace_seconds: float) -> Callable[[dict], bool]:
+    return lambda pod: failures.node_lost(pod, obs.nodes, obs.now, grace_seconds)
+
+
+def lighthouse_failures(obs: Observed, spec: JobSpec, status: JobStatus, grace_seconds: float) -> list[Failure]:
+    """The Running job's Lighthouse is gone (its node lost, its process ended, or deleted): a failure of the whole
+    group. Measured on the local nodes: replica groups whose Lighthouse was made again went on heartbeating to the
+    new one but never joined its quorum (their quorum call held on to the old one for quorumTimeoutSeconds), so the
+    group is recreated from the newest checkpoint, with a new Lighthouse, instead of hanging."""
+    if not spec.fault_tolerance.torchft or status.get("phase") != c.RUNNING:
+        return []
+    lost = _lost(obs, grace_seconds)
+    for pod in obs.lighthouses:
+        name = pod["metadata"]["name"]
+        phase = (pod.get("status") or {}).get("phase")
+        if lost(pod):
+            message = f"the job's Lighthouse {name} lost its node: no replica group can form a quorum"
+            return [Failure(pod=name, kind=failures.NODE_LOST, reason="LighthouseLost", at=obs.now, message=message)]
+        if phase in ("Succeeded", "Failed") or pod["metadata"].get("deletionTimestamp"):
+            why = "was deleted" if pod["metadata"].get("deletionTimestamp") else f"ended ({phase})"
+            message = f"the job's Lighthouse {name} {why}: no replica group can form a quorum"
+            return [Failure(pod=name, kind=failures.DELETED, reason="LighthouseEnded", at=obs.now, message=message)]
+    return []
+
+
+def lighthouse_step(
+    obs: Observed,
+    spec: JobSpec,
+    status: JobStatus,
+    plan: Plan,
+    build: Callable[[], dict[str, Any]],
+    grace_seconds: float,
+) -> None:
+    """The planner's Lighthouse step, after the others: it lives while the job's workers may run (it is made with
+    the first workers, so after Kueue's admission), and goes when the job is suspended or ends."""
+    phase = status.get("phase")
+    wanted = (
+        spec.fault_tolerance.torchft
+        and not c.is_terminal(phase)
+        and phase != c.SUSPENDED
+        and bool(plan.create_pods or obs.pods)
+    )
+    decided = plan_lighthouse(wanted, obs.lighthouses, build, _lost(obs, grace_seconds))
+    plan.create_pods[:0] = decided.create  # before the workers: their Managers ask it for a quorum first thing
+    plan.delete_pods += [name for name in decided.delete if name not in plan.delete_pods]
+    plan.force_delete_pods += [name for name in decided.force_delete if name not in plan.force_delete_pods]
+    if decided.create and obs.pods:
+        name = lighthouse_name(obs.job["metadata"]["name"])
+        plan.event("Normal", "LighthouseCreated", f"created the Lighthouse pod {name} again")
+    for name in decided.force_delete:
+        plan.event(
+            "Warning", "LighthouseLost", f"the Lighthouse pod {name} is on a lost node: force-deleted, made again"
+        )
+
+
+def rejoined(spec: JobSpec, status: JobStatus, scraped: dict[str, Any] | None, has_metrics: bool) -> bool:
+    """TorchFT: the replaced groups are back in the quorum, so the recovery is over. A running replacement is not
+    enough: it still starts its process and heals from a peer. Worker 0's own count says when (a scrape read after
+    the failure); a trainer that serves no metrics port, or no ddp_trainer_replica_groups on it, has only its pods'
+    word."""
+    if not spec.fault_tolerance.torchft or not has_metrics:
+        return True
+    scraped = scraped or {}
+    if scraped and "replicaGroups" not in scraped:
+        return True  # a trainer of its own (report()) that does not count the groups: its pods' word, then
+    entries = status.get("recoveries") or []
+    failed_at = parse_time(entries[-1].get("time")) if entries else None
+    read_at = parse_time(scraped.get("updateTime"))
+    if read_at is None or (failed_at is not None and read_at <= failed_at):
+        return False
+    return int(scraped.get("replicaGroups", 0)) >= status["replicas"]
+
+
+def show_degraded(status: JobStatus, spec: JobSpec, running: int, now: datetime) -> None:
+    """SIZE says how many groups train now (not those being replaced, until they are back in the quorum); Degraded
+    is True while fewer than desired do (and only appears once a group was missing)."""
+    if not spec.fault_tolerance.torchft:
+        return
+    replicas = status["replicas"]
+    running = min(running, replicas - len(status.get("replacing") or {}))
+    conditions = status.get("conditions") or []
+    if running < replicas:
+        message = (
+            f"{running} of {replicas} replica groups train; the missing ones are being replaced and heal from a peer"
+        )
+        status["conditions"] = c.set_condition(conditions, DEGRADED, "True", "ReplicaGroupsMissing", message, now)
+    else:
+        message = f"all {replicas} replica groups train"
+        status["conditions"] = c.clear_condition(conditions, DEGRADED, "AllReplicaGroups", message, now)
+    status["sizeText"] = f"{running}/{status.get('desiredReplicas', replicas)}"

@@ -1,0 +1,1 @@
+"""A DDPJob's spec and status as typed values, its phases and conditions, and how often status is written."""
