@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from . import IndexableTensors, Workload
+from .base import IndexableTensors, Workload
 
 PRESETS = {  # image size, width, residual blocks, training samples
     "tiny": dict(image_size=16, width=16, layers=2, train_samples=1024),

@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from . import IndexableTensors, Workload
+from .base import IndexableTensors, Workload
 
 TEST_FRACTION = 0.2
 SPLIT_SEED = 1234  # fixed, so every rank and every restart sees the same train/test split

@@ -11,7 +11,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from . import IndexableTensors, Workload
+from .base import IndexableTensors, Workload
 
 PRESETS = {
     "tiny": dict(layers=2, width=64, heads=4, seq_len=64, vocab_size=256, train_samples=512),
