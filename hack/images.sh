@@ -29,7 +29,7 @@ recipe_hash() { (declare -f base; echo "$BASE_PACKAGES") | sha256sum | cut -c1-1
 
 prune() { # prune SHORT KEEP: older archives of the same image go
   local old
-  for old in "$images_dir/$1"-*.oci.tar; do [[ -f $old && $old != "$2" ]] && rm -f "$old"; done
+  for old in "$images_dir/$1"-*.oci.tar; do [[ -f $old && $old != "$2" ]] && rm -f "$old" "${old%.oci.tar}.index.json"; done
   true
 }
 
@@ -153,19 +153,28 @@ operator_ref() {
   echo "localhost/ddpjob/operator:$version"
 }
 
+# "REF DIGEST" of an image archive, from its index.json. buildah writes that file last, so reading it scans the whole
+# archive (3 GB for the trainer): it is read once and kept beside the archive.
+ref_and_digest() {
+  local archive index
+  archive=$(readlink -f "$1")
+  index="${archive%.oci.tar}.index.json"
+  [[ -f $index ]] || tar -xOf "$archive" index.json >"$index"
+  python3 -c 'import json,sys; m=json.load(open(sys.argv[1]))["manifests"][0]
+print(m["annotations"]["org.opencontainers.image.ref.name"], m["digest"])' "$index"
+}
+
 load() { # import every current image (the NAME.oci.tar links) into each running real node's containerd
-  local sock i image ref
+  local sock i image ref digest have
   for sock in "$run_dir"/node-*/containerd.sock; do
     [[ -S $sock ]] || continue
-    i=${sock%/containerd.sock}; i=${i##*/node-}
+    i=${sock%/containerd.sock}
+    i=${i##*/node-}
+    have=$("$bin/ctr" --address "$sock" -n k8s.io images ls 2>/dev/null | awk '{print $1, $3}')
     for image in "$images_dir"/*.oci.tar; do
       [[ -L $image ]] || continue
-      ref=$(tar -xOf "$image" index.json | python3 -c 'import json,sys; print(json.load(sys.stdin)["manifests"][0]["annotations"]["org.opencontainers.image.ref.name"])')
-      local digest
-      digest=$(tar -xOf "$image" index.json | python3 -c 'import json,sys; print(json.load(sys.stdin)["manifests"][0]["digest"])')
-      if "$bin/ctr" --address "$sock" -n k8s.io images ls 2>/dev/null | awk -v r="$ref" -v d="$digest" '$1 == r && $3 == d' | grep -q .; then
-        continue
-      fi
+      read -r ref digest < <(ref_and_digest "$image")
+      grep -qxF "$ref $digest" <<<"$have" && continue
       local t0=$SECONDS
       "$bin/ctr" --address "$sock" -n k8s.io images import "$(readlink -f "$image")" >/dev/null
       log "loaded $ref into realnode-$i in $((SECONDS - t0))s"
