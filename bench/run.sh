@@ -42,6 +42,9 @@ if ! skip trainer; then
   say "trainer: a periodic checkpoint's step stall, file vs dcp sync vs dcp async (gloo world 2, gpt ~50M parameters)"
   "$py" -m torch.distributed.run --standalone --nproc-per-node 2 "$root/bench/checkpoint_stall.py" \
     --out "$results/checkpoint_stall.json"
+  say "trainer: how long a dcp save blocks the step, async (one copy into reused buffers) vs sync (gloo world 2)"
+  "$py" -m torch.distributed.run --standalone --nproc-per-node 2 "$root/bench/checkpoint_save_block.py" \
+    --out "$results/checkpoint_save_block.json"
   (cd "$root/bench" && "$py" trainer_summary.py "$results")
 fi
 

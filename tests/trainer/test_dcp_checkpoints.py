@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import time
 
 import pytest
 import torch
@@ -98,6 +99,92 @@ def test_an_async_save_returns_once_staged_and_lands_whole_only_when_done(tmp_pa
     loaded = {"w": torch.zeros(1_000_000), "meta": {"step": 0}}
     assert step == 10 and store.load(path, loaded) is None
     assert torch.equal(loaded["w"], torch.arange(1_000_000, dtype=torch.float32)) and loaded["meta"]["step"] == 10
+
+
+def record_staged(store) -> list[dict]:
+    """What the store's stager hands DCP at each save, recorded beside what it was given."""
+    staged: list[dict] = []
+    stage = store.stager.stage
+
+    def recording(state, **kwargs):
+        out = stage(state, **kwargs)
+        staged.append({"given": state, "staged": out})
+        return out
+
+    store.stager.stage = recording
+    return staged
+
+
+@pytest.fixture
+def slow_writes(monkeypatch):
+    """Each rank's file writes start half a second late, so a save is still in flight when the next one begins."""
+    from torch.distributed.checkpoint.filesystem import FileSystemWriter
+
+    write_data = FileSystemWriter.write_data
+
+    def late(self, plan, planner):
+        time.sleep(0.5)
+        return write_data(self, plan, planner)
+
+    monkeypatch.setattr(FileSystemWriter, "write_data", late)
+
+
+def test_an_async_save_copies_once_into_host_buffers_reused_by_the_next_save(tmp_path, one_rank_group):
+    from ddp_trainer.checkpoint_dcp import DcpStore
+
+    store = DcpStore(tmp_path / "ck", keep=2, asynchronous=True)
+    staged = record_staged(store)
+    weights = torch.arange(1_000_000, dtype=torch.float32)
+    store.save(10, {"w": weights, "meta": {"step": 10}})
+    store.wait()
+    weights.add_(1.0)
+    store.save(20, {"w": weights, "meta": {"step": 20}})
+    weights.add_(1.0)  # after the save returned: not in it
+    store.wait()
+    first, second = staged
+    # The stager was given the live tensor (nothing copied it before) and its copy is what DCP wrote.
+    assert first["given"]["w"].data_ptr() == weights.data_ptr()
+    assert first["staged"]["w"].data_ptr() != weights.data_ptr()
+    assert second["staged"]["w"].data_ptr() == first["staged"]["w"].data_ptr(), "the second save reuses the buffer"
+    for step, value in [(10, 0.0), (20, 1.0)]:
+        loaded = {"w": torch.zeros(1_000_000), "meta": {"step": 0}}
+        assert store.load(store.path_for(step), loaded) is None
+        assert torch.equal(loaded["w"], torch.arange(1_000_000, dtype=torch.float32) + value), step
+        assert loaded["meta"]["step"] == step
+
+
+def test_a_save_right_after_an_async_one_and_the_exit_wait_leave_whole_checkpoints(
+    tmp_path, one_rank_group, slow_writes
+):
+    """The second save stages into the buffers the first is still writing from: it must wait for it first."""
+    from ddp_trainer.checkpoint_dcp import DcpStore
+
+    store = DcpStore(tmp_path / "ck", keep=3, asynchronous=True)
+    weights = torch.arange(1_000_000, dtype=torch.float32)
+    for step in (10, 20, 30):
+        store.save(step, {"w": weights, "meta": {"step": step}})
+        weights.add_(1.0)  # the next step, while the save is written
+    assert store.wait() == 30  # the end of the run
+    assert [s for s, _ in store.list_steps()] == [10, 20, 30]
+    assert sorted(p.name for p in (tmp_path / "ck").iterdir()) == [f"step-{s:09d}.dcp" for s in (10, 20, 30)]
+    for i, (step, path) in enumerate(store.list_steps()):
+        loaded = {"w": torch.zeros(1_000_000), "meta": {"step": 0}}
+        assert store.load(path, loaded) is None
+        assert torch.equal(loaded["w"], torch.arange(1_000_000, dtype=torch.float32) + i), step
+        assert loaded["meta"]["step"] == step
+
+
+def test_a_sync_save_keeps_no_host_buffers_and_writes_the_state(tmp_path, one_rank_group):
+    from ddp_trainer.checkpoint_dcp import DcpStore
+
+    store = DcpStore(tmp_path / "ck", asynchronous=False)
+    assert store.stager is None
+    weights = torch.arange(1000, dtype=torch.float32)
+    store.save(10, {"w": weights, "meta": {"step": 10}})
+    weights.add_(1.0)
+    loaded = {"w": torch.zeros(1000), "meta": {"step": 0}}
+    assert store.pending is None and store.load(store.path_for(10), loaded) is None
+    assert torch.equal(loaded["w"], torch.arange(1000, dtype=torch.float32)) and loaded["meta"]["step"] == 10
 
 
 def test_the_run_figures_are_asked_for_as_they_were_saved_nested():

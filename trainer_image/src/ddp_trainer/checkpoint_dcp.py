@@ -5,9 +5,14 @@ Why: the `file` format has rank 0 write the whole state with torch.save while ev
 all-reduce, and every rank reads the whole file back on resume. Here:
 - every rank writes a share: DDP's state is replicated, and DCP's planner writes each tensor once, spread over
   the ranks;
-- a save first stages the state to host memory (a copy: on a GPU the device-to-host transfer), then the files
-  are written by a background thread while training goes on. One save is in flight at a time: the next waits
-  for it, and so do the end of the run and a preemption (SIGTERM), which is how a save fits the grace period;
+- an async save copies the state once, into host buffers allocated by the first save and reused by every later
+  one (pinned when CUDA is available, so the device-to-host copy is a DMA without a bounce buffer), and hands
+  DCP that copy to write from: DCP stages nothing more. The step waits for that copy and no more (DCP's
+  planning and the file writes run in a background thread) while training goes on. The buffers hold one copy
+  of the state for the store's lifetime. One save is in flight at a time: the next waits for it (so it never
+  overwrites buffers still being written), and so do the end of the run and a preemption (SIGTERM), which is
+  how a save fits the grace period. A sync save (`--checkpoint.async-save false`) copies nothing and keeps no
+  buffers: DCP writes the live state, and training waits until it is written;
 - on resume each rank reads the tensors into its own model and optimizer, without unpickling one whole file.
 
 Guarantees kept from the `file` format:
@@ -39,6 +44,7 @@ import torch.distributed.checkpoint as dcp
 from torch.distributed import ProcessGroup
 from torch.distributed.checkpoint import FileSystemReader
 from torch.distributed.checkpoint.api import CheckpointException
+from torch.distributed.checkpoint.staging import DefaultStager, StagingOptions
 
 from .checkpoint import CheckpointDiskFull
 from .fault_tolerance import BATCHES_COMMITTED_KEY
@@ -46,15 +52,17 @@ from .fault_tolerance import BATCHES_COMMITTED_KEY
 NAME = re.compile(r"^step-(\d{9})\.dcp$")
 
 
-def stage(state: Any) -> Any:
-    """A host-memory copy of every tensor in `state`, so training may change the originals while it is written."""
-    if isinstance(state, torch.Tensor):
-        return state.detach().to("cpu", copy=True)
-    if isinstance(state, dict):
-        return {k: stage(v) for k, v in state.items()}
-    if isinstance(state, list):
-        return [stage(v) for v in state]
-    return state
+def reused_host_stager() -> DefaultStager:
+    """torch's stager, staging on the calling thread: it copies each tensor into a host buffer it caches by the
+    source's storage, so a later save of the same weights and optimizer moments copies into the same buffers (a
+    tensor new at each save, the RNG state's, gets a new small one). Pinned and non-blocking only with CUDA: both
+    need it, and a CPU source gains nothing from them."""
+    cuda = torch.cuda.is_available()
+    return DefaultStager(
+        StagingOptions(
+            use_pinned_memory=cuda, use_shared_memory=False, use_async_staging=False, use_non_blocking_copy=cuda
+        )
+    )
 
 
 def full_disk(error: BaseException) -> bool:
@@ -99,6 +107,7 @@ class DcpStore:
         # Every rank must create it, in the same order (a collective); gloo moves DCP's small plan messages.
         self.group = cast(ProcessGroup | None, dist.new_group(backend="gloo") if dist.is_initialized() else None)
         self.pending: tuple[int, Any] | None = None  # the step and its Future
+        self.stager = reused_host_stager() if asynchronous else None
 
     def loaded_everywhere(self, error: BaseException | None) -> bool:
         """Whether every rank loaded the checkpoint (`error`: this rank's). The vote is a CPU tensor on the store's
@@ -124,18 +133,21 @@ class DcpStore:
 
     def save(self, step: int, state: dict[str, Any]) -> None:
         """A collective: every rank calls it with its state (model, optimizer, its own RNG, the run's figures)."""
+        # Before the stager copies anything: it copies into the buffers the save in flight writes from, which
+        # must be finished (and in place) first.
         self.wait()
         tmp = self._tmp_for(step)
         if self.rank == 0 and tmp.exists():
             shutil.rmtree(tmp)  # a writer killed mid-save left it
         if self.group is not None:
             dist.barrier(group=self.group)
-        staged = stage(state)
         try:
-            if self.asynchronous:
-                self.pending = (step, dcp.async_save(staged, checkpoint_id=tmp, process_group=self.group))
+            if self.stager is not None:
+                # Returns once the stager has copied the state (on this thread): its copy is what DCP writes.
+                future = dcp.async_save(state, checkpoint_id=tmp, process_group=self.group, async_stager=self.stager)
+                self.pending = (step, future)
                 return
-            dcp.save(staged, checkpoint_id=tmp, process_group=self.group)
+            dcp.save(state, checkpoint_id=tmp, process_group=self.group)
         except (OSError, RuntimeError, CheckpointException) as e:
             self._failed(step, e)
         self._finalize(step)
