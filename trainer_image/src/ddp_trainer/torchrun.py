@@ -23,7 +23,10 @@ workers' failures, so the operator reads every pod's agent, not only worker 0's 
 user's own that serves no metrics is counted while it runs too.
 
 It also hands the pod's termination-log path to the workers (final_step.TERMINATION_LOG_ENV; torchrun points
-their TORCHELASTIC_ERROR_FILE at files of its own), so that worker 0 can leave its final step there on success."""
+their TORCHELASTIC_ERROR_FILE at files of its own), so that worker 0 can leave its final step there on success.
+
+As a container's PID 1 it first becomes that container's init (pid1.py): a parent that reaps orphans and forwards
+signals, with torchrun in its child."""
 
 from __future__ import annotations
 
@@ -45,6 +48,7 @@ from torch.distributed import run as torch_run
 from torch.distributed.elastic.multiprocessing.errors import ChildFailedError, ProcessFailure
 
 from .final_step import TERMINATION_LOG_ENV, is_final_step_record
+from .pid1 import become_init
 
 # Enough lines for a short traceback's end; few enough characters that the operator (1024) and the kubelet (4096
 # bytes) keep all of them, so the last line, the cause, is never the one cut.
@@ -56,6 +60,7 @@ _ATTEMPT = re.compile(r"attempt_(\d+)$")
 
 
 def main(argv: list[str] | None = None) -> None:
+    become_init()  # as a container's PID 1: reap orphans and forward signals from a parent (pid1.py)
     args = list(sys.argv[1:] if argv is None else argv)
     chosen = torch_run.parse_args(args)
     own_log_dir = None
