@@ -179,6 +179,25 @@ def test_an_elastic_gang_that_cannot_be_placed_shrinks_to_what_fits_without_spen
     assert [env_of(p)["PET_NNODES"] for p in later.create_pods] == ["3", "3", "3"]
 
 
+def test_a_restarted_elastic_group_whose_gang_cannot_be_placed_shrinks_too():
+    """A group recreated after a failure (a lost node) stays Restarting until its pods run; when the new gang cannot
+    be placed (the lost node's room is gone, anti-affinity the estimate does not see) it must shrink as a pending
+    one does. Found on the real nodes: an elastic 1..2 job whose node stopped waited with 2 Pending pods for ever."""
+    job = make_job("a").replicas(2).elastic(1, 2).gpus(8)
+    job.status(phase="Restarting", attempt=1, restarts=0, launchedAttempt=1, replicas=2, desiredReplicas=2,
+               readyReplicas=0, sizeText="2/2", worldSize=16, placement="Gang", observedGeneration=1)
+    unplaced = [podgroup("a-1", 1, scheduled=False)]
+    first = plan_with(job, pending_pods("a", 2, attempt=1), podgroups=unplaced, capacity=2)
+    assert (first.status["unplacedAttempt"], first.status["unplacedSince"]) == (1, ago(0)), first.status
+    assert first.requeue_after == 30
+    job.status(**first.status)
+    plan = plan_with(job, pending_pods("a", 2, attempt=1), podgroups=unplaced, capacity=2,
+                     now=NOW + timedelta(seconds=31))
+    s = plan.status
+    assert (s["phase"], s["reason"], s["attempt"], s["replicas"], s["restarts"]) == (
+        "Restarting", "ShrankToFit", 2, 1, 0), s
+
+
 def three_of_four():
     """An elastic 2..4 job of 8-GPU pods whose attempt 0 runs at 3."""
     return make_job("a").replicas(4).elastic(2, 4).gpus(8).running(replicas=3)

@@ -64,7 +64,9 @@ def resize_to_capacity(
     and the current group runs (resize_policy.py). `capacity`: the pods it may have now (kueue_step.Admitted)."""
     if spec.elastic is None or capacity is None or status.get("launchedAttempt") != status["attempt"]:
         return None
-    if status.get("phase") not in (c.RUNNING, c.PENDING) or len(pods) < status["replicas"]:
+    # Restarting: a group recreated after a failure keeps that phase until its pods run, and its gang may not
+    # place either (the lost node's room is gone).
+    if status.get("phase") not in (c.RUNNING, c.PENDING, c.RESTARTING) or len(pods) < status["replicas"]:
         return None
     verdict = placement_verdict.unschedulable(obs, status, pods)
     pending = [p for p in pods if not (p.get("spec") or {}).get("nodeName")]

@@ -49,7 +49,11 @@ def unschedulable(obs: Observed, status: JobStatus, current: list[dict[str, Any]
 def show(obs: Observed, status: JobStatus, current: list[dict[str, Any]], plan: Plan) -> None:
     """Say why a pending attempt is not placed, in the scheduler's words, once per change."""
     conditions = status.get("conditions") or []
-    verdict = unschedulable(obs, status, current) if status.get("phase") == c.PENDING else None
+    # A recreated group waits to be placed as Restarting, a first one as Pending.
+    waiting = status.get("phase") == c.PENDING or (
+        status.get("phase") == c.RESTARTING and status.get("launchedAttempt") == status["attempt"]
+    )
+    verdict = unschedulable(obs, status, current) if waiting else None
     resize_policy.note_unplaced(status, verdict is not None, obs.now)
     if verdict is not None:
         what = "its gang of" if status.get("placement") == gang.GANG else "some of its"
