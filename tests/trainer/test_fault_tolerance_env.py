@@ -117,3 +117,20 @@ def test_peers_are_told_the_pods_ip_not_its_host_name(pod_ip, want_host):
     assert (got["hostname"], got["store_addr"]) == (want_host, pod_ip)
     assert got["checkpoint_transport"].address().startswith(f"http://{want_host}:")
     got["checkpoint_transport"].shutdown()
+
+
+@pytest.mark.parametrize("pod_ip, want_host", [("10.2.3.4", "10.2.3.4"), ("fd00::7", "[fd00::7]")])
+def test_the_process_groups_reconfigure_handle_names_the_pods_ip(pod_ip, want_host):
+    """torchft's process group tells the other groups where its store is with `socket.gethostname()`, which no
+    other pod resolves (found on the real nodes: no step was ever committed). It must say the pod's IP."""
+    import json
+    import socket
+
+    import torch
+
+    from ddp_trainer.replica_groups import process_group
+
+    pg = process_group(ReplicaGroupEnv.from_environ({**BASE, "POD_IP": pod_ip}), torch.device("cpu"))
+    store = json.loads(pg.get_reconfigure_handle())["store"]
+    host, port = store.rsplit(":", 1)
+    assert host == want_host and host != socket.gethostname() and int(port) > 0, store

@@ -24,6 +24,7 @@ What changes against the plain DDP path, and why:
 - the one group that is rank 0 in the quorum writes the checkpoints (every group would write the same step), with
   the Manager's own state beside the trainer's."""
 
+import json
 import os
 import time
 from collections.abc import Callable
@@ -108,6 +109,37 @@ class AdvertisedHTTPTransport(HTTPTransport):
         return f"http://{_host(self._advertise)}:{port}/checkpoint/"
 
 
+class AdvertisedHandle:
+    """A torchft process group whose reconfigure handle names this pod's address: torchft's own says
+    `socket.gethostname()`, the pod's bare name, which the other groups' pods cannot resolve (cluster DNS answers
+    `<pod>.<service>.<namespace>.svc`, not `<pod>`). Found on the real nodes: every group waited 60 s for the
+    others' stores, and no step was ever committed. (The local node's hosts block resolved the bare name.) Its
+    store still listens on every interface; only the address it tells its peers changes."""
+
+    advertise: str = ""
+
+    def get_reconfigure_handle(self) -> str:
+        handle = json.loads(super().get_reconfigure_handle())  # type: ignore[misc]
+        if self.advertise:
+            handle["store"] = f"{_host(self.advertise)}:{handle['store'].rsplit(':', 1)[1]}"
+        return json.dumps(handle)
+
+
+class AdvertisedGloo(AdvertisedHandle, ProcessGroupGloo):
+    pass
+
+
+class AdvertisedNCCL(AdvertisedHandle, ProcessGroupNCCL):
+    pass
+
+
+def process_group(ft: ReplicaGroupEnv, device: torch.device) -> Any:
+    """The group's torchft process group, NCCL on a GPU and gloo on a CPU, its handle naming the pod's address."""
+    pg = AdvertisedNCCL(timeout=ft.timeout) if device.type == "cuda" else AdvertisedGloo(timeout=ft.timeout)
+    pg.advertise = ft.advertise or ""
+    return pg
+
+
 def advertised(ft: ReplicaGroupEnv) -> dict[str, Any]:
     """The Manager's arguments that make every address it gives its peers the pod's IP: its own server, the group's
     store (torchrun's standalone store listens on every interface, but MASTER_ADDR says localhost) and the heal
@@ -172,9 +204,8 @@ class ReplicaGroups:
         self.trainer = trainer
         cfg, device, ft = trainer.cfg, trainer.device, self.ft_env
         self.groups, self.heals = trainer.metrics.add_replica_group_series()
-        pg = ProcessGroupNCCL(timeout=ft.timeout) if device.type == "cuda" else ProcessGroupGloo(timeout=ft.timeout)
         self.manager = Manager(
-            pg=pg,
+            pg=process_group(ft, device),
             load_state_dict=self._load_from_peer,
             state_dict=self._state_for_peer,
             min_replica_size=ft.min_replicas,
