@@ -9,6 +9,7 @@
 #   hack/realnode.sh status   say which are up
 #   hack/realnode.sh left     print what of theirs is still on the machine (nothing after `down`)
 #   hack/realnode.sh stop I | start I    stop or start node I's kubelet only (a lost node)
+#   hack/realnode.sh crictl I ARGS...    crictl against node I's containerd (what runs there, whatever the API says)
 #
 # Two nodes share this machine's kernel, so each has its own of everything a kubelet or containerd would take
 # for its own: state, root and socket directories, kubelet ports, a cgroup root (/ddpjob-realnode-I in every
@@ -152,6 +153,9 @@ serializeImagePulls: false
 imageGCHighThresholdPercent: 100
 evictionHard: {memory.available: "100Mi", nodefs.available: "2%", imagefs.available: "2%"}
 podPidsLimit: 4096
+# Pod logs of its own: at the default /var/log/pods each kubelet's garbage collection took the other node's pods'
+# log directories for orphans and removed them, so \`kubectl logs\` of a running pod came back empty or cut.
+podLogsDir: $d/pod-logs
 # Only pods meant for a real node land here: the other suites' pods target kwok or the local node agents.
 registerWithTaints: [{key: ddpjob.dev/real-node, value: "true", effect: NoSchedule}]
 EOF
@@ -513,5 +517,6 @@ case ${1:-} in
   left) left ;;
   stop) stop_pid "$(name_of "$2")-kubelet" ;;
   start) start_kubelet "$2" ;;
-  *) echo "usage: $0 up N|down|status|left|stop I|start I" >&2; exit 2 ;;
+  crictl) shift; i=$1; shift; crictl_ "$i" "$@" ;;
+  *) echo "usage: $0 up N|down|status|left|stop I|start I|crictl I ARGS..." >&2; exit 2 ;;
 esac

@@ -14,10 +14,12 @@ from pathlib import Path
 
 import pytest
 
+from ddpjob_localnode.recovery import KILL_TRAINER_WORKERS as KILL_WORKERS
 from ddpjob_localnode.recovery import parse_trainer_log
 from support.cluster import ROOT, wait_until
 from support.operator import OperatorProcess, install_crds
-from support.realnode import IMAGES_SH, TOLERATE
+from support.orphan import REAPED, SIGTERM_SEEN, WORKER
+from support.realnode import IMAGES_SH, TOLERATE, apply, get, pod_on, realnode, wait_running
 
 JOB_TIMEOUT = 420.0
 CHECKPOINTS = Path("/var/lib/ddpjob-realnode-tests")
@@ -53,7 +55,8 @@ def digits_job(image: str, name: str, steps: int = 120, memory: str = "1536Mi") 
             "template": {"spec": {
                 "nodeSelector": {"ddpjob.dev/real-node": "true"}, "tolerations": TOLERATE,
                 "affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [{
-                    "labelSelector": {"matchLabels": {"ddpjob.dev/job-name": name}},
+                    "labelSelector": {"matchLabels": {"ddpjob.dev/job-name": name,
+                                                      "app.kubernetes.io/component": "worker"}},
                     "topologyKey": "kubernetes.io/hostname"}]}},
                 "terminationGracePeriodSeconds": 10,
                 "volumes": [{"name": "checkpoints", "hostPath": {"path": str(checkpoints), "type": "Directory"}}],
@@ -120,20 +123,6 @@ def test_a_trainer_over_its_memory_limit_is_the_kubelets_oom_kill_classed_and_ex
 
 
 IN_PLACE = {"restartStrategy": "InPlace", "backoffLimit": 3, "restartBackoffSeconds": 0}
-# Run inside a worker pod (as the image's user): SIGKILL the trainer worker processes, never torchrun's agent.
-KILL_WORKERS = """
-import os, signal
-killed = []
-for pid in filter(str.isdigit, os.listdir("/proc")):
-    try:
-        argv = open(f"/proc/{pid}/cmdline", "rb").read().split(b"\\0")
-    except OSError:
-        continue
-    if b"ddp_trainer" in argv and b"ddp_trainer.torchrun" not in argv and int(pid) != 1:
-        os.kill(int(pid), signal.SIGKILL)
-        killed.append(pid)
-print(" ".join(killed))
-"""
 
 
 def uids(cluster, namespace: str, name: str) -> dict[str, str]:
@@ -203,3 +192,149 @@ def test_recreate_a_killed_container_restarts_the_group_from_its_checkpoint(
     # (it lags the log by its 2 s interval) against the trainer's newest checkpoint.
     assert entry["how"] == "GroupRecreated" and entry["exitCode"] == 137 and entry["reason"] != "OOMKilled", entry
     assert entry["step"] > 0 and entry["stepsLost"] <= 20, entry
+
+
+def on_node(node: str, *args: str) -> str:
+    """crictl against a real node's own containerd: what runs there, whatever the API server says."""
+    return realnode("crictl", node.rsplit("-", 1)[1], *args).stdout
+
+
+def test_kubectl_delete_ddpj_lands_the_sigterm_checkpoint_in_the_grace_period_and_leaves_nothing_on_the_nodes(
+        cluster, namespace, real_nodes, trainer_image, operator):
+    """No periodic checkpoint (`--checkpoint.every-steps=0`): the only one the job can leave is the trainer's own on
+    SIGTERM, which the kubelet sends when `kubectl delete ddpj` takes the pods away. A checkpoint in place is one
+    whose save finished (it is renamed only then), so it landed before the kubelet's SIGKILL at the end of the
+    grace period. Then each node's containerd runs nothing of the job's, and after its garbage collection holds no
+    container or sandbox of it either."""
+    job = digits_job(trainer_image, "bye", steps=100_000)
+    args = job["spec"]["template"]["spec"]["containers"][0]["args"]
+    args[args.index("--checkpoint.every-steps=20")] = "--checkpoint.every-steps=0"
+    checkpoints = Path(job["spec"]["template"]["spec"]["volumes"][0]["hostPath"]["path"]) / namespace / "bye"
+    cluster.kubectl("-n", namespace, "apply", "-f", "-", input=json.dumps(job))
+    wait_step(cluster, namespace, "bye", 60)
+    assert not any(checkpoints.glob("step-*")), "no checkpoint before the delete (else this test proves nothing)"
+    cluster.kubectl("-n", namespace, "delete", "ddpj", "bye", "--wait=true", "--timeout=120s")
+    wait_until(lambda: not uids(cluster, namespace, "bye") and not cluster.kubectl(
+        "-n", namespace, "get", "pods", "-l", "ddpjob.dev/job-name=bye", "-o", "name").stdout.strip(),
+        timeout=120, interval=1, what="the job's pods gone")
+    saved = sorted(int(p.name.split("-")[1].split(".")[0]) for p in checkpoints.glob("step-*"))
+    assert saved and saved[-1] >= 60, f"a SIGTERM checkpoint at step >= 60 in {checkpoints}: {saved}"
+    label = f"io.kubernetes.pod.namespace={namespace}"
+    for node in real_nodes:
+        assert not on_node(node, "ps", "-q", "--label", label).strip(), f"a container of the job still runs on {node}"
+    wait_until(lambda: all(not on_node(node, "ps", "-a", "-q", "--label", label).strip()
+                           and not on_node(node, "pods", "-q", "--label", label).strip() for node in real_nodes),
+               timeout=180, interval=3, what="the kubelets' garbage collection of the job's containers and sandboxes")
+
+
+def node_of(cluster, namespace: str, pod: str) -> str:
+    """The node a pod is bound to; empty while it is not made or not placed."""
+    out = cluster.kubectl("-n", namespace, "get", "pod", pod, "-o", "jsonpath={.spec.nodeName}", check=False)
+    return out.stdout.strip() if out.returncode == 0 else ""
+
+
+def test_a_stopped_kubelet_recreate_and_in_place_each_recover_as_documented(
+        cluster, namespace, real_nodes, trainer_image, operator):
+    """A lost node as the node lifecycle controller sees it: one kubelet stops (its containers go on running under
+    containerd, as on a node that lost its kubelet or its network), the node turns NotReady after the
+    controller-manager's grace, and two jobs, one per restart strategy, lose their pod there at once.
+    docs/fault-tolerance.md: Recreate makes a new attempt at the size the nodes hold (elastic 1..2: one pod);
+    InPlace replaces the lost pod alone: worker 0 (the rendezvous host) trains on in the same pod while the
+    replacement waits for room (one pod per node). The lost pod's container, which no kubelet stops, may train on
+    beside it meanwhile: only the kubelet was stopped, not the network. The kubelet returns, both jobs end
+    Succeeded, and the kubelet stops what the deleted pods left running on its node."""
+    def job(name: str, strategy: str) -> dict:
+        manifest = digits_job(trainer_image, name, steps=3000)
+        manifest["spec"]["runPolicy"] = {"restartStrategy": strategy, "backoffLimit": 3, "restartBackoffSeconds": 0}
+        manifest["spec"]["elastic"] = {"minReplicas": 1, "maxReplicas": 2}
+        return manifest
+
+    # InPlace's worker 1 decides the node to stop: its worker 0 hosts the rendezvous, whose loss is a recreation.
+    cluster.kubectl("-n", namespace, "apply", "-f", "-", input=json.dumps(job("inplace", "InPlace")))
+    wait_until(lambda: node_of(cluster, namespace, "inplace-worker-1") and node_of(
+        cluster, namespace, "inplace-worker-0"), timeout=JOB_TIMEOUT, interval=1, what="inplace's pods placed")
+    lost = node_of(cluster, namespace, "inplace-worker-1")
+    cluster.kubectl("-n", namespace, "apply", "-f", "-", input=json.dumps(job("recreate", "Recreate")))
+    for name in ("inplace", "recreate"):
+        wait_step(cluster, namespace, name, 30)
+    before = {name: uids(cluster, namespace, name) for name in ("inplace", "recreate")}
+    lost_pods = {name: next(pod for pod in before[name] if pod.startswith(f"{name}-worker")
+                            and node_of(cluster, namespace, pod) == lost) for name in before}
+    assert lost_pods["inplace"] == "inplace-worker-1"
+
+    stopped = realnode("stop", lost.rsplit("-", 1)[1], check=False)
+    assert stopped.returncode == 0, stopped.stdout + stopped.stderr
+    try:
+        def recovered(name: str):
+            status = status_of(cluster, namespace, name)
+            return status.get("recoveries") and status.get("phase") == "Running" and status
+        seen = {name: wait_until(lambda name=name: recovered(name), timeout=JOB_TIMEOUT, interval=1,
+                                 what=f"{name} recovering from the lost node") for name in before}
+        for name, status in seen.items():
+            entry = status["recoveries"][0]
+            assert (entry["kind"], entry["pod"]) == ("NodeLost", lost_pods[name]), (name, entry)
+        assert seen["recreate"]["recoveries"][0]["how"] == "GroupRecreated"
+        wait_until(lambda: (s := status_of(cluster, namespace, "recreate")).get("replicas") == 1
+                   and s.get("attempt", 0) >= 1 and s.get("phase") == "Running", timeout=JOB_TIMEOUT, interval=1,
+                   what="recreate's new attempt running at the one pod the nodes hold")
+        assert seen["inplace"]["recoveries"][0]["how"] == "PodReplaced" and seen["inplace"]["attempt"] == 0
+        # The survivor trains on in the same pod while the replacement waits for room.
+        assert uids(cluster, namespace, "inplace")["inplace-worker-0"] == before["inplace"]["inplace-worker-0"]
+    finally:
+        started = realnode("start", lost.rsplit("-", 1)[1], check=False)
+    assert started.returncode == 0, started.stdout + started.stderr
+    for name in before:
+        status = finished(cluster, namespace, name)
+        assert status["phase"] == "Succeeded", (name, status)
+        assert status["restarts"] == 0 and status["platformRestarts"] >= 1, (name, status)
+    # Back, the kubelet stops what its deleted pods left running on the node.
+    label = f"io.kubernetes.pod.namespace={namespace}"
+    wait_until(lambda: not on_node(lost, "ps", "-q", "--label", label).strip(), timeout=180, interval=3,
+               what=f"nothing of the namespace's left running on {lost}")
+
+
+def test_torchft_replica_groups_train_across_the_real_nodes_and_a_killed_group_is_replaced_alone(
+        cluster, namespace, real_nodes, trainer_image, operator):
+    """faultTolerance TorchFT: one replica group per real node and the job's Lighthouse, the groups' process group
+    formed across pods by the addresses they advertise (the pod's IP: a bare host name resolves in its own pod
+    only, and this suite found every group waiting on the others' stores for it). A group whose trainer is killed
+    is replaced alone while the other trains on, and the job ends Succeeded in attempt 0."""
+    manifest = digits_job(trainer_image, "ft", steps=600)
+    manifest["spec"]["faultTolerance"] = {"mode": "TorchFT", "lighthouse": {"heartbeatTimeoutMilliseconds": 1000,
+                                                                            "tolerations": TOLERATE}}
+    cluster.kubectl("-n", namespace, "apply", "-f", "-", input=json.dumps(manifest))
+    wait_step(cluster, namespace, "ft", 60)
+    before = uids(cluster, namespace, "ft")
+    killed = cluster.kubectl("-n", namespace, "exec", "ft-worker-1", "--", "python", "-c", KILL_WORKERS)
+    assert killed.stdout.strip(), "no trainer worker process found in ft-worker-1"
+    status = finished(cluster, namespace, "ft")
+    assert status["phase"] == "Succeeded", status
+    assert status["attempt"] == 0, status
+    assert [r["how"] for r in status["recoveries"]] == ["ReplicaGroupReplaced"], status["recoveries"]
+    assert uids(cluster, namespace, "ft")["ft-worker-0"] == before["ft-worker-0"], "the survivor was never replaced"
+
+
+def test_the_images_entrypoint_as_pid_1_reaps_an_orphan_and_forwards_sigterm(
+        cluster, namespace, real_nodes, trainer_image):
+    """The trainer image's entrypoint (`python -m ddp_trainer.torchrun`) is the container's PID 1, so it is its
+    init (ddp_trainer/pid1.py): a worker's orphan is reaped, not left a zombie, and a SIGTERM to PID 1 (what the
+    kubelet sends) reaches the worker through torchrun."""
+    command = ["python", "-m", "ddp_trainer.torchrun", "--standalone", "--nproc-per-node=1", "--no-python",
+               "python", "-c", WORKER, "/tmp/orphan-seen"]
+    apply(cluster, namespace, pod_on(real_nodes[0], "init", command, restartPolicy="Never",
+                                     container={"image": trainer_image, "command": command}))
+    wait_running(cluster, namespace, "init", timeout=JOB_TIMEOUT)
+    log = wait_until(lambda: (out := cluster.kubectl("-n", namespace, "logs", "init", check=False).stdout)
+                     and "orphan " in out and out, timeout=120, interval=1, what="the worker's orphan seen")
+    assert f": {REAPED}" in log, log[-2000:]
+    pid1 = cluster.kubectl("-n", namespace, "exec", "init", "--", "cat", "/proc/1/cmdline").stdout
+    assert "ddp_trainer.torchrun" in pid1, pid1
+    cluster.kubectl("-n", namespace, "exec", "init", "--", "python", "-c",
+                    "import os, signal; os.kill(1, signal.SIGTERM)")
+
+    def ended():
+        pod = get(cluster, namespace, "pod", "init")
+        return pod["status"].get("phase") in ("Succeeded", "Failed") and pod
+    wait_until(ended, timeout=120, interval=1, what="the pod ended by its SIGTERM")
+    log = cluster.kubectl("-n", namespace, "logs", "init").stdout
+    assert SIGTERM_SEEN in log, log[-2000:]

@@ -215,3 +215,21 @@ def _parent(pid: int) -> int:
         return int((Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[1])
     except (OSError, IndexError, ValueError):
         return 0
+
+
+# Run inside a worker pod on a real node (`kubectl exec <pod> -- python -c KILL_TRAINER_WORKERS`, as the image's
+# user): SIGKILL the trainer's worker processes, never torchrun's agent; prints the pids killed. The local node's
+# counterpart is find_worker_process, which walks this machine's /proc from the pod's shim instead.
+KILL_TRAINER_WORKERS = """
+import os, signal
+killed = []
+for pid in filter(str.isdigit, os.listdir("/proc")):
+    try:
+        argv = open(f"/proc/{pid}/cmdline", "rb").read().split(b"\\0")
+    except OSError:
+        continue
+    if b"ddp_trainer" in argv and b"ddp_trainer.torchrun" not in argv and int(pid) != 1:
+        os.kill(int(pid), signal.SIGKILL)
+        killed.append(pid)
+print(" ".join(killed))
+"""
