@@ -7,7 +7,10 @@ DEMO_RESTART_STRATEGY (InPlace: torchrun restarts the killed process inside the 
 attempt of new pods).
 DEMO_NODE_LOSS=1 (with LOCAL_NODES=3): the job is elastic 2..3 at 3 pods, one per local node; a third of the way
 in, the last node's agent stops, the group continues at 2 from its checkpoint; the agent comes back later and the
-group grows back to 3 (the live line's `size` shows it)."""
+group grows back to 3 (the live line's `size` shows it).
+On real nodes (hack/demo.sh with KUBELET_NODES=2 sets DEMO_OPERATOR_IMAGE and DEMO_TRAINER_IMAGE): the operator
+is installed by Helm from its image, the job runs the trainer image with one pod per node, and the kill is
+`kubectl exec` into worker 1. `--uninstall` removes that Helm release."""
 
 from __future__ import annotations
 
@@ -26,7 +29,7 @@ from rich.live import Live
 from rich.text import Text
 
 from ddpjob_localnode.layout import default_node_name
-from ddpjob_localnode.recovery import RecoveryClock, find_worker_process, parse_trainer_log
+from ddpjob_localnode.recovery import KILL_TRAINER_WORKERS, RecoveryClock, find_worker_process, parse_trainer_log
 from ddpjob_operator.cli import view
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -43,6 +46,14 @@ CONSOLE = Console()
 OPERATOR_PID = CLUSTER_DIR / "pids" / "operator.pid"
 OPERATOR_LOG = CLUSTER_DIR / "logs" / "operator.log"
 CHECKPOINTS = CLUSTER_DIR / "local-node" / "hostpath" / "var" / "lib" / "ddpjob" / "checkpoints"
+# Real nodes: the images hack/demo.sh built and loaded, the operator's Helm release, and a hostPath both nodes
+# see (they share this machine's disk), writable by the trainer image's user.
+OPERATOR_IMAGE = os.environ.get("DEMO_OPERATOR_IMAGE", "")
+TRAINER_IMAGE = os.environ.get("DEMO_TRAINER_IMAGE", "")
+REAL_NODES = bool(TRAINER_IMAGE)
+RELEASE, RELEASE_NAMESPACE = "ddpjob", "ddpjob-system"
+REAL_CHECKPOINTS = Path("/var/lib/ddpjob-demo/checkpoints")
+ON_REAL_NODES = [{"key": "ddpjob.dev/real-node", "operator": "Exists", "effect": "NoSchedule"}]
 
 
 def kubectl(*args: str, check: bool = True, input: str | None = None) -> str:
@@ -66,10 +77,60 @@ def _alive(pid_file: Path) -> int | None:
         return None
 
 
+def helm(*args: str) -> None:
+    done = subprocess.run([str(ROOT / ".cache" / "bin" / "helm"), *args], capture_output=True, text=True, timeout=300)
+    if done.returncode != 0:
+        raise SystemExit(f"helm {' '.join(args)} failed: {done.stderr.strip()}")
+
+
+def install_operator() -> None:
+    """The operator as a user runs it: the chart, its image, in-cluster config and the chart's RBAC."""
+    repository, tag = OPERATOR_IMAGE.rsplit(":", 1)
+    helm(
+        "upgrade",
+        "--install",
+        RELEASE,
+        str(ROOT / "charts" / "ddpjob-operator"),
+        "--namespace",
+        RELEASE_NAMESPACE,
+        "--create-namespace",
+        "--wait",
+        "--timeout",
+        "180s",
+        "--set",
+        f"image.repository={repository}",
+        "--set",
+        f"image.tag={tag}",
+        "--set",
+        "image.pullPolicy=Never",
+        "--set-json",
+        f"tolerations={json.dumps(ON_REAL_NODES)}",
+        "--set-json",
+        'nodeSelector={"ddpjob.dev/real-node": "true"}',
+        # Progress read every 2 s so the live lines move.
+        "--set-json",
+        'extraEnv=[{"name": "DDPJOB_PROGRESS_INTERVAL_SECONDS", "value": "2"}]',
+    )
+    pod = kubectl(
+        "-n",
+        RELEASE_NAMESPACE,
+        "get",
+        "pods",
+        "-l",
+        "app.kubernetes.io/component=operator",
+        "-o",
+        "jsonpath={.items[0].metadata.name} on {.items[0].spec.nodeName}",
+    )
+    say(f"operator installed by Helm: pod {pod} (kubectl -n {RELEASE_NAMESPACE} logs deploy/{RELEASE}-ddpjob-operator)")
+
+
 def start_operator() -> None:
     kubectl("apply", "--server-side", "--force-conflicts", "-f", str(ROOT / "crds"))
     kubectl("wait", "--for=condition=Established", "--timeout=60s", "crd/ddpjobs.ddpjob.dev")
     kubectl("apply", "--server-side", "--force-conflicts", "-f", str(QUEUE_LABEL_POLICY))
+    if REAL_NODES:
+        install_operator()
+        return
     pid = _alive(OPERATOR_PID)
     if pid:
         say(f"operator already running (pid {pid}, log {OPERATOR_LOG})")
@@ -126,6 +187,37 @@ def node_loss_manifest() -> dict:
     return job
 
 
+def real_node_manifest() -> dict:
+    """examples/digits.yaml on the real nodes: the trainer image, one pod per node, a hostPath both nodes see."""
+    import yaml
+
+    job = copy.deepcopy(yaml.safe_load(EXAMPLE.read_text()))
+    job["spec"]["runPolicy"]["restartStrategy"] = STRATEGY
+    pod = job["spec"]["template"]["spec"]
+    pod["nodeSelector"] = {"ddpjob.dev/real-node": "true"}
+    pod["tolerations"] = ON_REAL_NODES
+    workers = {"ddpjob.dev/job-name": JOB, "app.kubernetes.io/component": "worker"}
+    pod["affinity"] = {
+        "podAntiAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": [
+                {"labelSelector": {"matchLabels": workers}, "topologyKey": "kubernetes.io/hostname"}
+            ]
+        }
+    }
+    REAL_CHECKPOINTS.mkdir(parents=True, exist_ok=True)
+    REAL_CHECKPOINTS.chmod(0o777)  # the image's user (UID 1000) writes there; a hostPath gets no fsGroup
+    (volume,) = [v for v in pod["volumes"] if v["name"] == "checkpoints"]
+    volume["hostPath"] = {"path": str(REAL_CHECKPOINTS), "type": "Directory"}
+    container = pod["containers"][0]
+    container.update(image=TRAINER_IMAGE, imagePullPolicy="Never")
+    return job
+
+
+def kill_on_real_node(pod: str) -> str:
+    """SIGKILL the trainer worker processes inside `pod`, as a user would reach them: the pids killed."""
+    return kubectl("-n", NAMESPACE, "exec", pod, "--", "python", "-c", KILL_TRAINER_WORKERS, check=False).strip()
+
+
 def local_agent(command: str, index: int) -> None:
     subprocess.run([sys.executable, "-m", "ddpjob_localnode", "--index", str(index), command], check=True, cwd=ROOT)
 
@@ -146,7 +238,9 @@ def fresh_job(manifest: dict | None = None) -> None:
             raise SystemExit("old demo pods did not go away")
         time.sleep(0.5)
     # A rerun must train from step 0, not resume the last run's final checkpoint.
-    shutil.rmtree(CHECKPOINTS / NAMESPACE / JOB, ignore_errors=True)
+    shutil.rmtree((REAL_CHECKPOINTS if REAL_NODES else CHECKPOINTS) / NAMESPACE / JOB, ignore_errors=True)
+    if manifest is None and REAL_NODES:
+        manifest = real_node_manifest()
     if manifest is None:
         import yaml
 
@@ -233,7 +327,8 @@ def main() -> int:
         say(f"applying an elastic 2..3 digits job in namespace {NAMESPACE} (one pod per local node, gloo on CPU)")
         fresh_job(node_loss_manifest())
     else:
-        say(f"applying {EXAMPLE.relative_to(ROOT)} in namespace {NAMESPACE} (2 pods x 2 processes, gloo on CPU)")
+        where = "the trainer image, one pod per real node" if REAL_NODES else "gloo on CPU"
+        say(f"applying {EXAMPLE.relative_to(ROOT)} in namespace {NAMESPACE} (2 pods x 2 processes, {where})")
         fresh_job()
     t0 = time.time()
     clock = RecoveryClock()
@@ -266,7 +361,12 @@ def main() -> int:
             local_agent("start", lost_index)
             lost_at_step = -1
             say(f"local node agent {lost_index} is back at step {step}: the group grows back")
-        if kill and clock.killed_at is None and step >= total_steps // 2 and status.get("phase") == "Running":
+        if kill and REAL_NODES and clock.killed_at is None and step >= total_steps // 2 and running:
+            killed = kill_on_real_node(f"{JOB}-worker-1")
+            if killed:
+                clock.kill(time.time(), step, status.get("restarts", 0))
+                say(f"killed trainer processes {killed} in {JOB}-worker-1 at step {step} (kubectl exec, SIGKILL)")
+        if kill and not REAL_NODES and clock.killed_at is None and step >= total_steps // 2 and running:
             victim = find_worker_process(CLUSTER_DIR, pods(), replica="1")
             if victim:
                 os.kill(victim.pid, signal.SIGKILL)
@@ -299,4 +399,7 @@ def summary(status: dict, clock: RecoveryClock, wall: float) -> int:
 
 
 if __name__ == "__main__":
+    if sys.argv[1:] == ["--uninstall"]:
+        helm("uninstall", RELEASE, "--namespace", RELEASE_NAMESPACE, "--wait", "--ignore-not-found")
+        sys.exit(0)
     sys.exit(main())

@@ -3,6 +3,8 @@
 # mid-run kill of one trainer process (hack/demo.py). `make` has already run setup.
 #   DEMO_KILL=0           do not kill a worker
 #   DEMO_KEEP_CLUSTER=1   leave the cluster, local node and operator running afterwards (default: tear down)
+#   KUBELET_NODES=2       the same demo on real nodes (hack/realnode.sh: kubelets with containerd, root): the
+#                         operator image installed by Helm, the trainer image from trainer_image/Dockerfile
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 export PATH="$root/.cache/bin:$root/.venv/bin:$PATH"
@@ -16,7 +18,20 @@ bash "$root/hack/cluster.sh" status >/dev/null 2>&1 && was_up=1
 agent_was_up=0
 "$py" -m ddpjob_localnode status >/dev/null 2>&1 && agent_was_up=1
 bash "$root/hack/cluster.sh" up
-"$py" -m ddpjob_localnode start --all   # LOCAL_NODES=N: N agents sharing this machine (default 1)
+real=${KUBELET_NODES:-0}
+if ((real > 0)); then
+  # The tools and images are made from pins and our own Dockerfiles, each only when its inputs changed.
+  bash "$root/hack/build-tools.sh" node
+  bash "$root/hack/install-node-packages.sh"
+  for image in base operator trainer; do bash "$root/hack/images.sh" "$image"; done
+  bash "$root/hack/realnode.sh" up "$real"
+  bash "$root/hack/images.sh" load
+  export DEMO_OPERATOR_IMAGE DEMO_TRAINER_IMAGE
+  DEMO_OPERATOR_IMAGE=$(bash "$root/hack/images.sh" operator-ref)
+  DEMO_TRAINER_IMAGE=$(bash "$root/hack/images.sh" trainer-ref)
+else
+  "$py" -m ddpjob_localnode start --all   # LOCAL_NODES=N: N agents sharing this machine (default 1)
+fi
 rc=0
 "$py" "$root/hack/demo.py" || rc=$?
 
@@ -26,6 +41,7 @@ if [[ $was_up == 1 ]]; then
     pid_file="$root/.local-cluster/pids/operator.pid"
     [[ -f $pid_file ]] && { kill "$(cat "$pid_file")" 2>/dev/null || true; rm -f "$pid_file"; }
     [[ $agent_was_up == 1 ]] || "$py" -m ddpjob_localnode stop --all
+    ((real > 0)) && "$py" "$root/hack/demo.py" --uninstall
   fi
 elif [[ "${DEMO_KEEP_CLUSTER:-0}" == 1 ]]; then
   echo ">> cluster, local node and operator left running (DEMO_KEEP_CLUSTER=1):"
