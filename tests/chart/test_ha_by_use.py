@@ -89,7 +89,9 @@ def test_a_standby_paused_by_the_returning_primary_writes_nothing(cluster, prima
     ns, name = run.watch_namespace, "ha-deadline"
     standby_text = lambda: standby_log.read_text(errors="replace")  # noqa: E731
     job = job_lifecycle.job_manifest(name)
-    job["spec"].setdefault("runPolicy", {})["activeDeadlineSeconds"] = 60
+    # The deadline must outlast the primary's return and the standby's pause (about 10 s: the primary settles in
+    # for 6 s first), checked below, and no more: the test waits it out.
+    job["spec"].setdefault("runPolicy", {})["activeDeadlineSeconds"] = 40
     cluster.kubectl("-n", ns, "apply", "-f", "-", input=json.dumps(job))
     wait_until(lambda: job_lifecycle.get_json(cluster, ns, "ddpjob", name).get("status", {}).get("phase")
                == "Running", timeout=90, what=f"the standby (leading now) running {ns}/{name}")
@@ -101,6 +103,9 @@ def test_a_standby_paused_by_the_returning_primary_writes_nothing(cluster, prima
                    what="the standby standing by for the returning primary")
         writes = metric(run.standby_metrics_port, "ddpjob_api_writes_total")
         offered = passes_offered(run.standby_metrics_port)
+        # Still Running when the standby paused: its frozen cache holds a job whose deadline has yet to run out
+        # (else the standby, leading until then, may have ended it itself and this test would prove nothing).
+        assert job_lifecycle.get_json(cluster, ns, "ddpjob", name)["status"]["phase"] == "Running"
         wait_until(lambda: job_lifecycle.get_json(cluster, ns, "ddpjob", name).get("status", {}).get("reason")
                    == "DeadlineExceeded", timeout=120, what="the returned primary ending the job at its deadline")
         # The standby's resync (every 5 s) keeps offering it passes: they are skipped, and none writes.

@@ -34,7 +34,9 @@ def crds(cluster):
 
 @pytest.fixture
 def operator(cluster, crds, local_node, namespace, tmp_path):
-    proc = OperatorProcess(cluster.kubeconfig, [namespace], tmp_path / "operator.log").start()
+    # Without kopf's per-event debug lines, as the integration and chaos suites run it: they cost CPU beside the
+    # trainers, and the failure report leaves them out anyway.
+    proc = OperatorProcess(cluster.kubeconfig, [namespace], tmp_path / "operator.log", verbose=False).start()
     yield proc
     proc.stop()
 

@@ -101,7 +101,9 @@ def test_a_deleted_pod_is_replaced_alone_and_the_others_keep_their_uid(cluster, 
 def test_a_replacement_that_is_lost_in_turn_is_replaced_again(cluster, operator, namespace):
     """Issue 35: delete pod 2, wait until its replacement has joined, delete the replacement: a second replacement,
     the job trains on in the same attempt, each loss counted once against platformFailureLimit."""
-    apply_job(cluster, namespace, digits_job(steps=1200, every=20, replicas=3, nprocPerNode=1, runPolicy=IN_PLACE))
+    # 600 steps: the group cannot train without pod 2 (3 pods, not elastic), so the second delete comes at about
+    # step 150 and the job cannot end before the second replacement joins.
+    apply_job(cluster, namespace, digits_job(steps=600, every=20, replicas=3, nprocPerNode=1, runPolicy=IN_PLACE))
     wait_for_step(cluster, namespace, 60)
     before = _uids(cluster, namespace, "digits")
     cluster.kubectl("-n", namespace, "delete", "pod", "digits-worker-2", "--wait=false")
