@@ -244,7 +244,7 @@ def test_a_stopped_kubelet_recreate_and_in_place_each_recover_as_documented(
     beside it meanwhile: only the kubelet was stopped, not the network. The kubelet returns, both jobs end
     Succeeded, and the kubelet stops what the deleted pods left running on its node."""
     def job(name: str, strategy: str) -> dict:
-        manifest = digits_job(trainer_image, name, steps=3000)
+        manifest = digits_job(trainer_image, name, steps=1500)
         manifest["spec"]["runPolicy"] = {"restartStrategy": strategy, "backoffLimit": 3, "restartBackoffSeconds": 0}
         manifest["spec"]["elastic"] = {"minReplicas": 1, "maxReplicas": 2}
         return manifest
