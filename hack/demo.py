@@ -213,9 +213,19 @@ def real_node_manifest() -> dict:
     return job
 
 
-def kill_on_real_node(pod: str) -> str:
-    """SIGKILL the trainer worker processes inside `pod`, as a user would reach them: the pids killed."""
-    return kubectl("-n", NAMESPACE, "exec", pod, "--", "python", "-c", KILL_TRAINER_WORKERS, check=False).strip()
+def kill_worker_1() -> str:
+    """SIGKILL worker 1's trainer processes: on real nodes through `kubectl exec`, as a user would reach them; on
+    the local node from this machine's /proc. What was killed, or "" when none was found yet."""
+    if REAL_NODES:
+        pids = kubectl(
+            "-n", NAMESPACE, "exec", f"{JOB}-worker-1", "--", "python", "-c", KILL_TRAINER_WORKERS, check=False
+        ).strip()
+        return f"trainer processes {pids} (kubectl exec)" if pids else ""
+    victim = find_worker_process(CLUSTER_DIR, pods(), replica="1")
+    if victim is None:
+        return ""
+    os.kill(victim.pid, signal.SIGKILL)
+    return f"trainer process pid {victim.pid} ({victim.describe})"
 
 
 def local_agent(command: str, index: int) -> None:
@@ -361,17 +371,11 @@ def main() -> int:
             local_agent("start", lost_index)
             lost_at_step = -1
             say(f"local node agent {lost_index} is back at step {step}: the group grows back")
-        if kill and REAL_NODES and clock.killed_at is None and step >= total_steps // 2 and running:
-            killed = kill_on_real_node(f"{JOB}-worker-1")
+        if kill and clock.killed_at is None and step >= total_steps // 2 and running:
+            killed = kill_worker_1()
             if killed:
                 clock.kill(time.time(), step, status.get("restarts", 0))
-                say(f"killed trainer processes {killed} in {JOB}-worker-1 at step {step} (kubectl exec, SIGKILL)")
-        if kill and not REAL_NODES and clock.killed_at is None and step >= total_steps // 2 and running:
-            victim = find_worker_process(CLUSTER_DIR, pods(), replica="1")
-            if victim:
-                os.kill(victim.pid, signal.SIGKILL)
-                clock.kill(time.time(), step, status.get("restarts", 0))
-                say(f"killed trainer process pid {victim.pid} ({victim.describe}) of {JOB}-worker-1 at step {step}")
+                say(f"killed {killed} of {JOB}-worker-1 at step {step}")
         time.sleep(0.5)
     wall = time.time() - t0
     screen.__exit__()
