@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # The trainer's GPU checks, one script for a lent GPU machine (docs/trainer.md, GPU figures): what CI's CPU machine
 # cannot run. Each step has its own time limit, so one that hangs costs only its own figures.
-#   1. bench_gpu: throughput, GPT MFU and the harness overhead against a minimal DDP loop (NCCL, bf16);
-#   2. the harness through torchrun on NCCL: phase times read from CUDA events, DCP checkpoints, then a resume;
+#   1. bench_gpu: throughput, GPT MFU and the harness overhead against a minimal DDP loop (NCCL, bf16), eager and
+#      compiled (torch.compile, the CUDA default);
+#   2. the harness through torchrun on NCCL, as the image runs it (compile on by default, the micro-batch `auto`):
+#      the compile time apart, phase times read from CUDA events, DCP checkpoints, then a resume that keeps the
+#      micro-batch the first run probed;
 #   3. the step stall of a periodic checkpoint by format (file, dcp, dcp async) on the GPU.
 # Usage: OUT=dir bash hack/gpu_checks.sh 2>&1 | tee dir/all.log   (python3 with torch, prometheus-client and pyyaml; no cluster needed)
 set -u
@@ -30,15 +33,17 @@ if [ "$scale" = 0 ]; then
   stall_args=(--layers 1 --width 128 --steps 4 --every 2 --rounds 1)
 else
   bench_args=(--preset small)
-  run_args=(--workload gpt --model.preset small --train.batch-size-per-rank 16 --train.steps 300 --log.every-steps 50
-    --checkpoint.every-steps 100)
+  run_args=(--workload gpt --model.preset small --train.batch-size-per-rank 64 --train.micro-batch-size auto
+    --train.steps 300 --log.every-steps 50 --checkpoint.every-steps 100)
   resume_steps=400
   stall_args=()
 fi
 
 if want 1; then
-  step "1. bench_gpu ${bench_args[*]}"
+  step "1. bench_gpu ${bench_args[*]}, eager"
   timeout 200 "$py" -m ddp_trainer.bench_gpu --out "$out/trainer_gpu.json" "${bench_args[@]}" 2>&1
+  step "1. bench_gpu ${bench_args[*]}, compiled"
+  timeout 300 "$py" -m ddp_trainer.bench_gpu --compile --out "$out/trainer_gpu_compiled.json" "${bench_args[@]}" 2>&1
 fi
 
 if want 2; then
@@ -58,10 +63,10 @@ for _ in range(600):
     time.sleep(1)
 PY
   scraper=$!
-  timeout 120 "$py" -m torch.distributed.run --standalone --nproc-per-node 1 -m ddp_trainer "${run_args[@]}" \
+  timeout 240 "$py" -m torch.distributed.run --standalone --nproc-per-node 1 -m ddp_trainer "${run_args[@]}" \
     --checkpoint.dir "$ckpt" --checkpoint.format dcp --metrics.port "$port" 2>&1
   kill "$scraper" 2>/dev/null
-  timeout 60 "$py" -m torch.distributed.run --standalone --nproc-per-node 1 -m ddp_trainer "${run_args[@]}" \
+  timeout 180 "$py" -m torch.distributed.run --standalone --nproc-per-node 1 -m ddp_trainer "${run_args[@]}" \
     --train.steps "$resume_steps" --checkpoint.dir "$ckpt" --checkpoint.format dcp 2>&1
   rm -rf "$ckpt"
 

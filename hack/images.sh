@@ -18,9 +18,10 @@ run_dir=${DDPJOB_REALNODE_RUN:-/run/ddpjob-realnodes}
 # shellcheck source=hack/lib.sh
 source "$root/hack/lib.sh"
 DEBIAN_MIRROR=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
-# What the base holds: Python as the python:3.11-slim image has it (python, pip that installs system-wide), the
-# user tools the Dockerfiles call (groupadd, useradd), and CA certificates.
-BASE_PACKAGES=python3,python3-pip,python-is-python3,passwd,ca-certificates
+# What the base holds: Python as the python:3.11-slim image has it (python, pip that installs system-wide, its C
+# headers, which Triton's launcher builds against), the user tools the Dockerfiles call (groupadd, useradd), and CA
+# certificates.
+BASE_PACKAGES=python3,python3-pip,python3-dev,python-is-python3,passwd,ca-certificates
 BASE_NAME=localhost/ddpjob/debian-python:bookworm
 mkdir -p "$images_dir"
 

@@ -338,3 +338,30 @@ def test_the_images_entrypoint_as_pid_1_reaps_an_orphan_and_forwards_sigterm(
     wait_until(ended, timeout=120, interval=1, what="the pod ended by its SIGTERM")
     log = cluster.kubectl("-n", namespace, "logs", "init").stdout
     assert SIGTERM_SEEN in log, log[-2000:]
+
+
+# How Triton builds its launcher when torch.compile first runs on a GPU: the system C compiler, against Python.h.
+TRITON_BUILD = '''
+from triton.runtime.build import compile_module_from_src
+SRC = """#include <Python.h>
+static struct PyModuleDef probe = {PyModuleDef_HEAD_INIT, "triton_probe", NULL, -1, NULL};
+PyMODINIT_FUNC PyInit_triton_probe(void) { return PyModule_Create(&probe); }
+"""
+print("triton built and loaded", compile_module_from_src(SRC, "triton_probe").__name__)
+'''
+
+
+def test_the_trainer_image_has_the_c_compiler_triton_builds_with(cluster, namespace, real_nodes, trainer_image):
+    """torch.compile is on by default on CUDA, and its Triton kernels need a C compiler at run time, which the CUDA
+    runtime base lacks: the image installs one. Triton's own build function compiles and loads a module in it."""
+    command = ["python", "-c", TRITON_BUILD]
+    apply(cluster, namespace, pod_on(real_nodes[1], "cc", command, restartPolicy="Never",
+                                     container={"image": trainer_image, "command": command,
+                                                "env": [{"name": "TRITON_CACHE_DIR", "value": "/tmp/triton"}]}))
+
+    def ended():
+        pod = get(cluster, namespace, "pod", "cc")
+        return pod["status"].get("phase") in ("Succeeded", "Failed") and pod
+    pod = wait_until(ended, timeout=JOB_TIMEOUT, interval=1, what="the build pod ended")
+    log = cluster.kubectl("-n", namespace, "logs", "cc").stdout
+    assert pod["status"]["phase"] == "Succeeded" and "triton built and loaded triton_probe" in log, log[-2000:]

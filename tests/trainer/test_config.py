@@ -17,6 +17,12 @@ from ddp_trainer.config import ConfigError, env_name, flag_name, parse_config
     (["--ddp.bucket-cap-mb", "50"], {}, ("ddp", "bucket_cap_mb"), 50.0),
     (["--metrics.port", "0"], {"DDP_TRAINER_METRICS_PORT": "9500"}, ("metrics", "port"), 0),
     (["--workload", "gpt"], {"DDP_TRAINER_WORKLOAD": "cnn"}, (None, "workload"), "gpt"),
+    ([], {}, ("ddp", "compile"), "auto"),
+    (["--train.micro-batch-size", "auto"], {}, ("train", "micro_batch_size"), -1),
+    ([], {"DDP_TRAINER_TRAIN_MICRO_BATCH_SIZE": "12"}, ("train", "micro_batch_size"), 12),
+    (["--ddp.compile", "off"], {}, ("ddp", "compile"), "off"),
+    (["--ddp.compile", "true"], {}, ("ddp", "compile"), "on"),  # the flag's form while it was a boolean
+    ([], {"DDP_TRAINER_DDP_COMPILE": "0"}, ("ddp", "compile"), "off"),
     ([], {"DDP_TRAINER_ENTRYPOINT": "pkg.mod:build"}, (None, "entrypoint"), "pkg.mod:build"),
 ])
 def test_flags_and_env(argv, environ, field, want):
@@ -35,13 +41,14 @@ def test_names_follow_one_rule():
 @pytest.mark.parametrize("argv, environ, message", [
     ([], {"DDP_TRAINER_TRAIN_STEPS": "ten"}, "env DDP_TRAINER_TRAIN_STEPS: expected int, got 'ten'"),
     (["--train.lr", "fast"], {}, "--train.lr: expected float, got 'fast'"),
-    (["--ddp.compile", "maybe"], {}, "--ddp.compile: expected a boolean (true/false/1/0), got 'maybe'"),
+    (["--ddp.compile", "maybe"], {}, "--ddp.compile must be auto, on or off (or true/false), got 'maybe'"),
     (["--workload", "resnet"], {}, "--workload must be one of digits, cnn, gpt, got 'resnet'"),
     (["--train.steps", "0"], {}, "--train.steps must be >= 1, got 0"),
     (["--train.grad-accum-steps", "0"], {}, "--train.grad-accum-steps must be >= 1, got 0"),
     (["--train.lr-scaling", "cubic"], {}, "--train.lr-scaling must be one of auto, linear, sqrt, none, got 'cubic'"),
     (["--train.lr-reference-batch", "-1"], {}, "--train.lr-reference-batch must be >= 0, got -1"),
-    (["--train.micro-batch-size", "-1"], {}, "--train.micro-batch-size must be >= 0, got -1"),
+    (["--train.micro-batch-size", "-2"], {}, "--train.micro-batch-size must be >= 0 or auto, got -2"),
+    (["--train.micro-batch-size", "big"], {}, "--train.micro-batch-size: expected an int or auto, got 'big'"),
     (["--train.decay", "step"], {}, "--train.decay must be cosine or constant, got 'step'"),
     (["--train.optimizer", "lamb"], {}, "--train.optimizer must be adamw or sgd, got 'lamb'"),
     (["--ddp.comm-hook", "fp8"], {}, "--ddp.comm-hook must be none, bf16 or powersgd, got 'fp8'"),

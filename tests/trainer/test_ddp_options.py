@@ -91,3 +91,18 @@ def test_activation_checkpointing_gives_the_same_gradients():
         sequence_losses(model(tokens[:, :-1]), tokens[:, 1:]).mean().backward()
         grads.append([p.grad.clone() for p in model.parameters()])
     assert all(torch.allclose(a, b, atol=1e-6) for a, b in zip(*grads, strict=True))
+
+
+@pytest.mark.parametrize("mode, device, replica_groups, want, says_why", [
+    ("auto", GPU, False, True, False),  # the default on CUDA
+    ("auto", CPU, False, False, False),  # inductor's C++ build costs a small CPU run more than it saves
+    ("auto", GPU, True, False, True),  # torchft: off, and the line says why and how to turn it on
+    ("on", CPU, False, True, False),
+    ("on", GPU, True, True, False),
+    ("off", GPU, False, False, False),
+])
+def test_compile_is_on_by_default_on_cuda_only(mode, device, replica_groups, want, says_why):
+    from ddp_trainer.device_options import COMPILE_OFF_UNDER_TORCHFT, use_compile
+    on, why = use_compile(mode, device, replica_groups)
+    assert on is want
+    assert why == (COMPILE_OFF_UNDER_TORCHFT if says_why else None)

@@ -52,6 +52,9 @@ def test_sized_line():
     found = SIZED.fullmatch(line)
     assert (found["world"], found["batch"], found["rank_batch"], found["micro_batch"], found["accum"],
             float(found["lr"])) == ("2", "96", "48", "24", "2", 6.667e-04)
+    assert found["auto"] is None
+    probed = sized_line(Identity("j", "2", 0), 2, 96, 48, 24, 2, 0.00066667, "probed")
+    assert probed.endswith("peak_lr=6.667e-04 micro_batch_auto=probed") and SIZED.fullmatch(probed)["auto"] == "probed"
 
 
 def test_started_and_ready_lines():

@@ -58,6 +58,7 @@ def main(argv: list[str] | None = None) -> int:
         return recorded_failure(e, exit_codes.CHECKPOINT_MISMATCH, f"{who.prefix} ERROR {e}")
     except CheckpointUnreadable as e:
         return recorded_failure(e, exit_codes.CHECKPOINT_UNREADABLE, f"{who.prefix} ERROR {e}")
+    trainer.settle_micro_batch()  # --train.micro-batch-size auto: after resume, which may keep an earlier answer
     if trainer.talks:
         emit(trainer.sized_line())
         emit(startup_line(who, process_age_seconds(), rendezvous_seconds, trainer.checkpoint_load_seconds))

@@ -83,7 +83,7 @@ def trainer_config(workload: str, preset: str, batch: int, compile_model: bool):
             "--log.every-steps",
             "10",
             "--ddp.compile",
-            str(compile_model).lower(),
+            "on" if compile_model else "off",
             "--train.steps",
             "1",
         ],

@@ -15,6 +15,21 @@ ENV_PREFIX = "DDP_TRAINER_"
 WORKLOADS = ("digits", "cnn", "gpt")
 LR_SCALINGS = ("auto", "linear", "sqrt", "none")
 DEVICES = ("auto", "cuda")
+COMPILE_MODES = ("auto", "on", "off")
+# `--ddp.compile true` was the flag's form while it was a boolean: it still means on.
+COMPILE_ALIASES = {"true": "on", "1": "on", "yes": "on", "false": "off", "0": "off", "no": "off"}
+
+
+class MicroBatchSize(int):
+    """--train.micro-batch-size: samples, or `auto` (held as -1, micro_batch.AUTO): the largest that fits the
+    device."""
+
+    expects = "an int or auto"
+
+    def __new__(cls, value: int | str = 0):
+        if isinstance(value, str) and value.strip().lower() == "auto":
+            value = -1
+        return super().__new__(cls, value)
 
 
 @dataclass
@@ -23,7 +38,9 @@ class TrainConfig:
     batch_size_per_rank: int = 32  # used when global_batch_size is 0: global batch = this x world size
     global_batch_size: int = 0  # > 0 fixes the global batch; each rank gets B/N, the first B%N ranks one more
     grad_accum_steps: int = 1  # micro-batches per optimizer step at least, all but the last under no_sync
-    micro_batch_size: int = 0  # largest per-rank micro-batch; 0: what the first attempt ran (kept in checkpoints)
+    # Largest per-rank micro-batch; 0: what the first attempt ran; auto: the largest that fits (both kept in
+    # checkpoints)
+    micro_batch_size: MicroBatchSize = MicroBatchSize(0)
     lr: float = 1e-3  # the peak learning rate at the reference batch (lr_reference_batch)
     lr_scaling: str = "auto"  # how the LR follows the global batch: linear | sqrt | none | auto (sgd linear, else sqrt)
     lr_reference_batch: int = 0  # global batch that lr is for; 0: global_batch_size if set, else batch_size_per_rank
@@ -54,7 +71,7 @@ class DDPConfig:
     gradient_as_bucket_view: bool = True
     comm_hook: str = "none"  # none | bf16 (gradients sent as bf16) | powersgd (low-rank, --ddp.powersgd-rank)
     powersgd_rank: int = 1  # PowerSGD's matrix approximation rank: higher is closer to exact, and sends more
-    compile: bool = False  # torch.compile the model
+    compile: str = "auto"  # torch.compile the model: auto (on CUDA; off on CPU and under torchft) | on | off
     autocast: str = "auto"  # auto (CUDA: bf16 where supported, else fp16 + GradScaler; CPU: off) | bf16 | fp16 | off
     tf32: bool = True  # TF32 for fp32 matmuls and convolutions on CUDA
 
@@ -142,7 +159,7 @@ def parse_value(kind: type, text: str, where: str):
     try:
         return kind(text)
     except ValueError:
-        raise ConfigError(f"{where}: expected {kind.__name__}, got {text!r}") from None
+        raise ConfigError(f"{where}: expected {getattr(kind, 'expects', kind.__name__)}, got {text!r}") from None
 
 
 def _leaf_fields(cls) -> list[tuple[str | None, dataclasses.Field, type]]:
@@ -196,8 +213,8 @@ def validate(cfg: Config) -> None:
         problems.append(f"--train.grad-accum-steps must be >= 1, got {cfg.train.grad_accum_steps}")
     if cfg.train.global_batch_size < 0 or (cfg.train.global_batch_size == 0 and cfg.train.batch_size_per_rank < 1):
         problems.append("--train.global-batch-size must be > 0, or --train.batch-size-per-rank >= 1")
-    if cfg.train.micro_batch_size < 0:
-        problems.append(f"--train.micro-batch-size must be >= 0, got {cfg.train.micro_batch_size}")
+    if cfg.train.micro_batch_size < -1:
+        problems.append(f"--train.micro-batch-size must be >= 0 or auto, got {cfg.train.micro_batch_size}")
     if cfg.train.lr_scaling not in LR_SCALINGS:
         problems.append(f"--train.lr-scaling must be one of {', '.join(LR_SCALINGS)}, got {cfg.train.lr_scaling!r}")
     if cfg.train.lr_reference_batch < 0:
@@ -210,6 +227,11 @@ def validate(cfg: Config) -> None:
         problems.append(f"--ddp.comm-hook must be none, bf16 or powersgd, got {cfg.ddp.comm_hook!r}")
     if cfg.ddp.powersgd_rank < 1:
         problems.append(f"--ddp.powersgd-rank must be >= 1, got {cfg.ddp.powersgd_rank}")
+    compile_mode = COMPILE_ALIASES.get(cfg.ddp.compile.strip().lower(), cfg.ddp.compile)
+    if compile_mode not in COMPILE_MODES:
+        problems.append(f"--ddp.compile must be auto, on or off (or true/false), got {cfg.ddp.compile!r}")
+    else:
+        cfg.ddp.compile = compile_mode
     if cfg.ddp.autocast not in ("auto", "bf16", "fp16", "off"):
         problems.append(f"--ddp.autocast must be auto, bf16, fp16 or off, got {cfg.ddp.autocast!r}")
     if cfg.train.fused not in ("auto", "on", "off"):

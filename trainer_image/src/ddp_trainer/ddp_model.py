@@ -25,9 +25,11 @@ def use_sync_batchnorm(requested: bool, device: torch.device) -> tuple[bool, str
     return requested, None
 
 
-def wrap_model(model: nn.Module, device: torch.device, ddp_cfg, warn=print) -> tuple[DDP, Callable[..., Any]]:
-    """Returns (the DDP module to train, the compiled module to call); they are the same object unless
-    compiled."""
+def wrap_model(
+    model: nn.Module, device: torch.device, ddp_cfg, warn=print, compiled: bool = False
+) -> tuple[DDP, Callable[..., Any]]:
+    """Returns (the DDP module to train, the module to call: torch.compile's wrapper of it when `compiled`, the
+    same object otherwise; device_options.use_compile decides)."""
     sync_bn, warning = use_sync_batchnorm(ddp_cfg.sync_batchnorm, device)
     if warning:
         warn(warning)
@@ -50,7 +52,7 @@ def wrap_model(model: nn.Module, device: torch.device, ddp_cfg, warn=print) -> t
             process_group=None, matrix_approximation_rank=ddp_cfg.powersgd_rank, start_powerSGD_iter=10
         )
         ddp.register_comm_hook(state, powerSGD_hook.powerSGD_hook)
-    callable_model = torch.compile(ddp) if ddp_cfg.compile else ddp
+    callable_model = torch.compile(ddp) if compiled else ddp
     return ddp, callable_model
 
 

@@ -9,6 +9,7 @@ global switch.
 | TF32 for fp32 matmuls and convolutions (`--ddp.tf32`) | on | n/a |
 | DataLoader workers (`--data.workers -1`) | min(4, CPUs per local rank) | 0 (in-process) |
 | pin_memory, prefetch | on, 4 batches per worker | off |
+| torch.compile (`--ddp.compile`) | on (off under torchft replica groups) | off |
 | MFU peak (`--metrics.peak-tflops 0`) | looked up by device name | none: no MFU |"""
 
 from __future__ import annotations
@@ -67,6 +68,24 @@ def precision(mode: str, device: torch.device, bf16_supported: bool) -> str:
 def use_fused(mode: str, device: torch.device) -> bool:
     """AdamW's fused kernel: one launch for all parameters on CUDA; on CPU the default (foreach) is kept."""
     return mode == "on" or (mode == "auto" and device.type == "cuda")
+
+
+COMPILE_OFF_UNDER_TORCHFT = (
+    "compile auto: off under torchft replica groups (compiled with torchft's comm hook on CPU only, not yet "
+    "measured on a GPU); --ddp.compile on turns it on"
+)
+
+
+def use_compile(mode: str, device: torch.device, replica_groups: bool) -> tuple[bool, str | None]:
+    """Whether to torch.compile the model, and why not when `auto` says no. auto: on CUDA, where the fused kernels
+    are the MFU (docs/trainer.md); off on CPU and under torchft replica groups; on and off are the user's."""
+    if mode != "auto":
+        return mode == "on", None
+    if device.type != "cuda":
+        return False, None  # inductor's C++ build costs a small CPU run more than it saves
+    if replica_groups:
+        return False, COMPILE_OFF_UNDER_TORCHFT
+    return True, None
 
 
 def loader_workers(requested: int, device: torch.device, cpus: int | None, local_world_size: int) -> int:

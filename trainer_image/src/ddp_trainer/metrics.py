@@ -87,6 +87,18 @@ class TrainerMetrics:
         self.checkpoint_load_seconds = gauge(
             "ddp_trainer_checkpoint_load_seconds", "Time this start spent choosing and loading its checkpoint"
         )
+        self.compile_seconds = Counter(
+            "ddp_trainer_compile_seconds",
+            "Seconds of the steps in which torch.compile compiled a graph (left out of the throughput)",
+            labels,
+            registry=self.registry,
+        ).labels(**self._labels)
+        self.compiled_graphs = Counter(
+            "ddp_trainer_compiled_graphs",
+            "Graphs torch.compile compiled in this process (from 0 at each start: a restart or resize compiles again)",
+            labels,
+            registry=self.registry,
+        ).labels(**self._labels)
         phase = Histogram(
             "ddp_trainer_step_phase_seconds",
             "Step time by phase",

@@ -28,7 +28,8 @@ RESUMED = re.compile(
 )
 SIZED = re.compile(
     _WHO + r" sized world_size=(?P<world>\d+) global_batch=(?P<batch>\d+) rank_batch=(?P<rank_batch>\d+) "
-    r"micro_batch=(?P<micro_batch>\d+) accum=(?P<accum>\d+) peak_lr=(?P<lr>\d\.\d{3}e[-+]\d\d)$",
+    r"micro_batch=(?P<micro_batch>\d+) accum=(?P<accum>\d+) peak_lr=(?P<lr>\d\.\d{3}e[-+]\d\d)"
+    r"(?: micro_batch_auto=(?P<auto>\w+))?$",
     re.M,
 )
 STARTED = re.compile(
@@ -39,6 +40,11 @@ STARTED = re.compile(
 HEALED = re.compile(
     _WHO + r" healed from live peer group=(?P<peer>\d+) step=(?P<step>\d+) samples=(?P<samples>\d+) "
     r"seconds=(?P<seconds>\d+\.\d\d)$",
+    re.M,
+)
+COMPILED = re.compile(
+    _WHO + r" compiled step=(?P<step>\d+) graphs=(?P<graphs>\d+) seconds=(?P<seconds>\d+\.\d) "
+    r"total_graphs=(?P<total_graphs>\d+) total_seconds=(?P<total_seconds>\d+\.\d)$",
     re.M,
 )
 READY = re.compile(
@@ -84,14 +90,32 @@ def resumed_line(who: Identity, step: int, samples: int, world_size_was: int) ->
 
 
 def sized_line(
-    who: Identity, world_size: int, global_batch: int, rank_batch: int, micro_batch: int, accum: int, peak_lr: float
+    who: Identity,
+    world_size: int,
+    global_batch: int,
+    rank_batch: int,
+    micro_batch: int,
+    accum: int,
+    peak_lr: float,
+    micro_batch_auto: str | None = None,
 ) -> str:
     """How this attempt shares the work: the global batch, this rank's share of it (B/N) in `accum` micro-batches
     of at most `micro_batch`, and the peak learning rate, which follows the global batch only. A group that shrank
-    or grew says it here."""
+    or grew says it here. Under --train.micro-batch-size auto, how the micro-batch was settled (micro_batch.py):
+    probed on this device, kept from a checkpoint of the same device, or the rank's share (CPU)."""
+    auto = f" micro_batch_auto={micro_batch_auto}" if micro_batch_auto else ""
     return (
         f"{who.prefix} sized world_size={world_size} global_batch={global_batch} rank_batch={rank_batch} "
-        f"micro_batch={micro_batch} accum={accum} peak_lr={peak_lr:.3e}"
+        f"micro_batch={micro_batch} accum={accum} peak_lr={peak_lr:.3e}{auto}"
+    )
+
+
+def compiled_line(who: Identity, step: int, graphs: int, total_graphs: int, seconds: float, total: float) -> str:
+    """torch.compile compiled `graphs` graphs in the step that made `step` (compile_watch.py): that step's seconds,
+    left out of the throughput, and this process's totals (a restart or resize compiles again)."""
+    return (
+        f"{who.prefix} compiled step={step} graphs={graphs} seconds={seconds:.1f} "
+        f"total_graphs={total_graphs} total_seconds={total:.1f}"
     )
 
 

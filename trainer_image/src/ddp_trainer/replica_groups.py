@@ -77,6 +77,7 @@ class GroupTrainer(Protocol):
     position: SamplePosition
     global_batch: int
     dataset_len: int
+    compiled: bool
 
     @property
     def rank_batch(self) -> int: ...
@@ -239,7 +240,7 @@ class ReplicaGroups:
             gradient_as_bucket_view=cfg.ddp.gradient_as_bucket_view,
         )
         inner = make_optimizer(ddp, cfg.train, use_fused(cfg.train.fused, device))
-        callable_model = torch.compile(ddp) if cfg.ddp.compile else ddp
+        callable_model = torch.compile(ddp) if trainer.compiled else ddp
         return ddp, callable_model, StepOptimizer(self.manager, inner), inner
 
     @property

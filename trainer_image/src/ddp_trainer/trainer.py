@@ -19,13 +19,24 @@ from . import exit_codes
 from .batching import BatchPlan, SamplePosition, global_batch_size, loss_scale, plan_batches, split_sizes
 from .checkpoint import CheckpointStore, CheckpointUnreadable
 from .checkpoint_dcp import DcpStore, checkpoint_format, meta_request, model_and_optimizer_keys
+from .compile_watch import CompileWatch
 from .config import Config
 from .ddp_model import autocast_context, make_optimizer, wrap_model
-from .device_options import apply_tf32, bf16_supported, cpu_count, loader_workers, peak_tflops, precision, use_fused
+from .device_options import (
+    apply_tf32,
+    bf16_supported,
+    cpu_count,
+    loader_workers,
+    peak_tflops,
+    precision,
+    use_compile,
+    use_fused,
+)
 from .distributed_env import DistEnv
 from .final_step import write_final_step
 from .lr_schedule import LearningRateSchedule, peak_lr_for_batch, reference_batch, scaling_rule
 from .metrics import TrainerMetrics, metrics_address, serve
+from .micro_batch import AUTO, device_key, optimizer_state_bytes, probe_cuda
 from .phase_timer import PhaseTimer
 from .preemption import PreemptionFlag, StepVote
 from .progress_log import Identity, done_line, emit, progress_line, resumed_line, sized_line, warn
@@ -67,8 +78,13 @@ class Trainer:
         self.peak_tflops = peak_tflops(device_name, cfg.metrics.peak_tflops)
         self.metrics = TrainerMetrics(who.job, env.rank, who.attempt)
         self.phases = PhaseTimer(self._observe_phases, device)  # CUDA events on a GPU, read a window late
+        self.compiled, why_not = use_compile(cfg.ddp.compile, device, replica_groups=replicas is not None)
+        if why_not and self.talks:
+            self._warn(why_not)
+        # Times the steps that compile, so the throughput leaves them out; None when nothing is compiled.
+        self.compile_watch = CompileWatch(self.metrics, who, self.talks) if self.compiled else None
         if replicas is None:
-            self.ddp, self.model = wrap_model(self.workload.model, device, cfg.ddp, self._warn)
+            self.ddp, self.model = wrap_model(self.workload.model, device, cfg.ddp, self._warn, self.compiled)
             self.optimizer = self.base_optimizer = make_optimizer(
                 self.ddp, cfg.train, use_fused(cfg.train.fused, device)
             )
@@ -82,7 +98,11 @@ class Trainer:
         )
         # What this group trains on per step: the global batch, or its share under torchft (B / groups).
         self.group_batch = self.global_batch * env.world_size // self.data_world
-        self.plan = self._plan_batches(micro_batch_limit=cfg.train.micro_batch_size)
+        self.plan = self._plan_batches(micro_batch_limit=max(0, cfg.train.micro_batch_size))
+        # --train.micro-batch-size auto: how the limit was settled (micro_batch.py), for the sized line; and on CUDA
+        # the device it was found on, which checkpoints keep
+        self.micro_batch_auto: str | None = None
+        self.micro_batch_found: dict | None = None
         t = cfg.train
         self.schedule = LearningRateSchedule(
             peak_lr=peak_lr_for_batch(
@@ -114,6 +134,7 @@ class Trainer:
         self.last_checkpoint_step, self.last_checkpoint_time = -1, time.monotonic()
         self.checkpoint_load_seconds = 0.0
         self.last_loss = float("nan")
+        self.throughput = 0.0  # samples/s over the last log window's steps that did not compile
         # DDP's static_graph records the graph on the first backward and asserts if that one ran under no_sync.
         self.graph_recorded = not cfg.ddp.static_graph
 
@@ -137,6 +158,7 @@ class Trainer:
             p.micro_batch(rank),
             p.accum_steps,
             self.schedule.peak_lr,
+            self.micro_batch_auto,
         )
 
     def _plan_batches(self, micro_batch_limit: int) -> BatchPlan:
@@ -253,6 +275,10 @@ class Trainer:
         if self.cfg.train.micro_batch_size == 0 and "micro_batch_limit" in state:
             # What the first attempt ran fit in memory; a smaller group accumulates more rather than run larger.
             self.plan = self._plan_batches(micro_batch_limit=int(state["micro_batch_limit"]))
+        if self._keeps_micro_batch(state.get("micro_batch_auto")):
+            found = state["micro_batch_auto"]
+            self.plan = self._plan_batches(micro_batch_limit=int(found["limit"]))
+            self.micro_batch_auto, self.micro_batch_found = "kept", dict(found)
         self.last_checkpoint_step = self.step
         self.metrics.record_checkpoint(self.step, state.get("time"))
         self.checkpoint_load_seconds = time.monotonic() - started
@@ -261,6 +287,56 @@ class Trainer:
             self.replicas.resumed(state)
         if self.talks:
             emit(resumed_line(self.who, self.step, self.samples, int(state["world_size"])))
+
+    def _keeps_micro_batch(self, found: dict | None) -> bool:
+        """--train.micro-batch-size auto: a checkpoint's answer holds on the device it was found on (its name and
+        memory); on another the probe runs again."""
+        if self.cfg.train.micro_batch_size != AUTO or not found or self.device.type != "cuda":
+            return False
+        return {k: found.get(k) for k in ("device", "memory")} == device_key(self.device)
+
+    def settle_micro_batch(self) -> None:
+        """--train.micro-batch-size auto, after resume (a checkpoint from the same device keeps its answer): on CUDA
+        probe for the largest micro-batch that fits, the ranks agreeing on the smallest; on CPU the rank's share."""
+        if self.cfg.train.micro_batch_size != AUTO or self.micro_batch_auto is not None:
+            return
+        if self.device.type != "cuda":
+            self.micro_batch_auto = "share"  # no device memory to fill: the share in --train.grad-accum-steps
+            return
+        upper = self.plan.largest_micro_batch
+        limit = probe_cuda(
+            self._probe_step(), self.device, optimizer_state_bytes(self.ddp.module, self.cfg.train.optimizer), upper
+        )
+        agreed = torch.tensor([limit], device=self.device)
+        dist.all_reduce(agreed, op=dist.ReduceOp.MIN)
+        if int(agreed.item()) < 1:
+            raise RuntimeError("--train.micro-batch-size auto: not one sample's forward and backward fits the device")
+        self.plan = self._plan_batches(micro_batch_limit=int(agreed.item()))
+        self.micro_batch_auto = "probed"
+        self.micro_batch_found = {**device_key(self.device), "limit": int(agreed.item())}
+
+    def _probe_step(self):
+        """A forward and backward of the bare module (no DDP: no collective) on the first m samples of this rank's
+        first batch. Nothing of it stays: gradients are dropped, BatchNorm's running statistics and the RNG streams
+        (dropout) are put back, so the run trains as it would have without the probe."""
+        module = self.ddp.module
+        inputs, targets = self._next_batch(iter(self.data_loader()))
+        buffers = {name: b.detach().clone() for name, b in module.named_buffers()}
+        rng = capture_rng()
+
+        def run_at(m: int) -> None:
+            try:
+                with autocast_context(self.device, self.precision):
+                    output = module(inputs[:m])
+                self.workload.sample_losses(output, targets[:m]).sum().backward()
+            finally:
+                module.zero_grad(set_to_none=True)
+                with torch.no_grad():
+                    for name, b in module.named_buffers():
+                        b.copy_(buffers[name])
+                restore_rng(rng)
+
+        return run_at
 
     @property
     def shape(self) -> RunShape:
@@ -285,7 +361,8 @@ class Trainer:
         cfg = self.cfg
         loader = self.data_loader()
         batches = iter(loader)
-        window_start, window_steps, self.window_samples = time.monotonic(), 0, self.samples
+        window_steps, self.window_samples = 0, self.samples
+        self.rate_start, self.rate_samples = time.monotonic(), self.samples  # the throughput's: no compiling step
         loss_sum = torch.zeros((), device=self.device)
         self.metrics.count_samples(0, self.samples)
         self.metrics.step.set(self.step)
@@ -293,6 +370,7 @@ class Trainer:
         while self.step < cfg.train.steps:
             if self.replicas is not None and self.replicas.start_step():  # healed: the data goes on at its step
                 batches, again = iter(self.data_loader()), None
+            started = time.monotonic()
             t0 = self.phases.mark()
             inputs, targets = again if again is not None else self._next_batch(batches)
             t1 = self.phases.mark()
@@ -314,11 +392,14 @@ class Trainer:
                 again = (inputs, targets) if self.replicas.after_step() else None
             window_steps += 1
             self.phases.step((t0, t1, t2, t3))
+            if self.compile_watch is not None and self.compile_watch.compiled_in_step(self.step, started):
+                self.rate_start, self.rate_samples = time.monotonic(), self.samples
             if self.step % cfg.log.every_steps == 0 or self.step == cfg.train.steps:
-                self._report(loss_sum, window_steps, window_start, lr)
+                self._report(loss_sum, window_steps, lr)
                 self.phases.window_done()
                 loss_sum.zero_()
-                window_start, window_steps, self.window_samples = time.monotonic(), 0, self.samples
+                window_steps, self.window_samples = 0, self.samples
+                self.rate_start, self.rate_samples = time.monotonic(), self.samples
             if isinstance(self.store, DcpStore):
                 self._checkpoint_in_place(self.store.poll())
             verdict = self.vote.step(ask_to_save=self._time_to_save())
@@ -405,19 +486,21 @@ class Trainer:
         self.metrics.phase["forward_backward"].observe(forward_backward)
         self.metrics.phase["optimizer"].observe(optimizer)
 
-    def _report(self, loss_sum: torch.Tensor, steps: int, window_start: float, lr: float) -> None:
+    def _report(self, loss_sum: torch.Tensor, steps: int, lr: float) -> None:
         """One all-reduce per log window carries the loss: the group mean over the window. The window closes after
         `.item()`, which waits for the device: on a GPU the window's queued kernels are counted in its seconds,
         not left to the next window (a window read before the sync made throughput read high)."""
         packed = loss_sum.float().reshape(1)
         dist.all_reduce(packed)
         loss = self.last_loss = packed.item() / (self.group_batch * steps)
-        seconds = time.monotonic() - window_start
-        consumed = self.samples - self.window_samples  # all groups' samples (under torchft: those committed)
-        throughput = consumed / max(seconds, 1e-9)
         m = self.metrics
         m.step.set(self.step)
-        m.count_samples(consumed, self.samples)
+        m.count_samples(self.samples - self.window_samples, self.samples)  # under torchft: the committed samples
+        # The throughput leaves out a step that compiled (compile_watch.py); a window that was all compiling keeps
+        # the last figure.
+        seconds = time.monotonic() - self.rate_start
+        rated = self.samples - self.rate_samples
+        throughput = self.throughput = rated / max(seconds, 1e-9) if rated > 0 else self.throughput
         m.samples_per_second.set(throughput)
         if self.workload.tokens_per_sample > 0:
             m.tokens_per_second.set(throughput * self.workload.tokens_per_sample)
@@ -475,6 +558,7 @@ class Trainer:
             "world_size": self.env.world_size,
             "global_batch": self.global_batch,
             "micro_batch_limit": self.plan.micro_batch_limit,
+            **({"micro_batch_auto": self.micro_batch_found} if self.micro_batch_found else {}),
             "workload": self.workload.name,
             "shape": self.shape.state_dict(),
             "scheduler": self.schedule.state_dict(),
