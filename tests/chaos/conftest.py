@@ -6,12 +6,13 @@ from __future__ import annotations
 import os
 import random
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import pytest
 
 
+from support import chaos_summary
 from support.operator import OperatorProcess, install_crds
 
 SUMMARY: list[ChaosFigures] = []
@@ -93,16 +94,12 @@ def pytest_runtest_makereport(item, call):
     setattr(item, f"rep_{report.when}", report)
 
 
+def pytest_sessionfinish(session):
+    """Under pytest-xdist the controller prints the table: a worker hands it its rows."""
+    workeroutput = getattr(session.config, "workeroutput", None)
+    if workeroutput is not None:
+        workeroutput[chaos_summary.KEY] = [asdict(row) for row in SUMMARY]
+
+
 def pytest_terminal_summary(terminalreporter):
-    if not SUMMARY:
-        return
-    tr = terminalreporter
-    tr.section("chaos summary")
-    header = f"{'test':<44} {'seed':>10} {'jobs':>5} {'faults':>6} {'op kills':>8} {'violations':>10} " \
-             f"{'peak RSS MiB':>12} {'seconds':>8}"
-    tr.write_line(header)
-    for row in SUMMARY:
-        tr.write_line(f"{row.test[:44]:<44} {row.seed:>10} {row.jobs:>5} {row.faults:>6} {row.operator_kills:>8} "
-                      f"{row.violations:>10} {row.peak_rss_mib:>12.1f} {row.seconds:>8.1f}")
-        if row.detail:
-            tr.write_line(f"    {row.detail}")
+    chaos_summary.write(terminalreporter, [asdict(row) for row in SUMMARY])

@@ -22,6 +22,9 @@ DDP_TORCHRUN = [sys.executable, "-m", "ddp_trainer.torchrun"]
 def trainer_env(**extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("DDP_TRAINER_", "DDPJOB_", "PET_"))}
     env.update({"OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1", "CUDA_VISIBLE_DEVICES": ""})
+    # No metrics endpoint unless a test asks for one (a flag, or this variable in `extra`): the default, 9400 on
+    # every address, would take the port from the local node's pods, which the other `make test` worker runs.
+    env["DDP_TRAINER_METRICS_PORT"] = "0"
     env.update(extra)
     return env
 
