@@ -10,6 +10,8 @@
 # Every image is an OCI archive in $DDPJOB_IMAGES_DIR (default ~/.cache/ddpjob-operator/images), outside the
 # checkout like the Go tools, named after a hash of its inputs: it is rebuilt only when they change.
 set -euo pipefail
+# A failure inside $(...) fails it: a commit that ran out of disk must not leave a cut-short archive named as built.
+shopt -s inherit_errexit
 root=$(cd "$(dirname "$0")/.." && pwd)
 bin="$root/.cache/bin"
 dir=${CLUSTER_DIR:-$root/.local-cluster}
@@ -53,7 +55,8 @@ base() {
   buildah add --quiet "$c" "$work/rootfs.tar" / >/dev/null
   buildah config --env PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin --env LANG=C.UTF-8 \
     --cmd '["python3"]' "$c"
-  buildah commit --rm --quiet "$c" "oci-archive:$out.tmp:$BASE_NAME" >/dev/null
+  buildah commit --rm --quiet "$c" "oci-archive:$out.tmp:$BASE_NAME" >/dev/null \
+    || { rm -f "$out.tmp"; buildah rm "$c" >/dev/null 2>&1; return 1; }
   mv "$out.tmp" "$out"
   ln -sfn "$out" "$images_dir/debian-python.oci.tar"
   prune debian-python "$out"
@@ -135,7 +138,7 @@ torch_base() {
       && rm /tmp/torch-requirements.txt' >&2
   # Uncompressed: gzip of the CUDA libraries costs minutes on two cores and saves nothing on one machine.
   buildah commit --rm --quiet --disable-compression "$c" "oci-archive:$out.tmp:localhost/ddpjob/torch-base:$version" \
-    >/dev/null
+    >/dev/null || { rm -f "$out.tmp"; buildah rm "$c" >/dev/null 2>&1; return 1; }
   mv "$out.tmp" "$out"
   prune torch-base "$out"
   log "torch base built in $((SECONDS - t0))s: $(du -h "$out" | cut -f1)"
@@ -195,7 +198,10 @@ case ${1:-} in
   base) base >/dev/null ;;
   operator) dockerfile_image operator operator "$(operator_ref)" >/dev/null ;;
   operator-ref) operator_ref ;;
-  trainer) dockerfile_image trainer trainer_image "$(trainer_ref)" "$(torch_base)" --disable-compression >/dev/null ;;
+  trainer)
+    torch_base_archive=$(torch_base)
+    dockerfile_image trainer trainer_image "$(trainer_ref)" "$torch_base_archive" --disable-compression >/dev/null
+    ;;
   trainer-ref) trainer_ref ;;
   load) load ;;
   list) list ;;

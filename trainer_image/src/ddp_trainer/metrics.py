@@ -45,13 +45,13 @@ class TrainerMetrics:
         def gauge(name, doc):
             return Gauge(name, doc, labels, registry=self.registry).labels(**self._labels)
 
+        def counter(name, doc):  # scraped as NAME_total
+            return Counter(name, doc, labels, registry=self.registry).labels(**self._labels)
+
         self.step = gauge(STEP_SERIES, "Optimizer steps completed (global, survives restarts)")
-        self.samples_total = Counter(
-            SAMPLES_SERIES,
-            "Training samples the whole group consumed while this process ran (from 0 at each start)",
-            labels,
-            registry=self.registry,
-        ).labels(**self._labels)
+        self.samples_total = counter(
+            SAMPLES_SERIES, "Training samples the whole group consumed while this process ran (from 0 at each start)"
+        )
         self.run_samples = gauge(RUN_SAMPLES_SERIES, "Training samples the run consumed since step 0, across restarts")
         self.tokens_per_second = gauge(
             "ddp_trainer_tokens_per_second", "Group throughput in tokens over the last log window (token workloads)"
@@ -87,18 +87,14 @@ class TrainerMetrics:
         self.checkpoint_load_seconds = gauge(
             "ddp_trainer_checkpoint_load_seconds", "Time this start spent choosing and loading its checkpoint"
         )
-        self.compile_seconds = Counter(
+        self.compile_seconds = counter(
             "ddp_trainer_compile_seconds",
             "Seconds of the steps in which torch.compile compiled a graph (left out of the throughput)",
-            labels,
-            registry=self.registry,
-        ).labels(**self._labels)
-        self.compiled_graphs = Counter(
+        )
+        self.compiled_graphs = counter(
             "ddp_trainer_compiled_graphs",
             "Graphs torch.compile compiled in this process (from 0 at each start: a restart or resize compiles again)",
-            labels,
-            registry=self.registry,
-        ).labels(**self._labels)
+        )
         phase = Histogram(
             "ddp_trainer_step_phase_seconds",
             "Step time by phase",
