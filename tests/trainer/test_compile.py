@@ -49,6 +49,13 @@ def test_a_compiled_run_trains_as_the_eager_one(workload):
     assert not COMPILED.search(eager)
 
 
+def test_static_graph_compiled_trains_as_eager():
+    """DDP's static_graph records the graph at the first backward, which runs synced (trainer._forward_backward);
+    compiled, the no_sync micro-batches after it follow the same curve."""
+    args = ("--workload", "digits", "--train.steps", "30", "--ddp.static-graph", "true")
+    assert_same_curve(losses(trainer(2, "on", *args)), losses(trainer(2, "off", *args)))
+
+
 def test_a_resize_from_two_ranks_to_one_resumes_compiled_as_eager(tmp_path):
     """A fixed global batch: at world 1 the gradient and the LR are those of world 2, so the resumed curve is the
     eager one's; the new process compiles its own graph (its micro-batches are twice as large) and says so."""
