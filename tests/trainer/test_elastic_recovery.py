@@ -15,7 +15,9 @@ def test_killed_worker_resumes_from_checkpoint(tmp_path):
                                 "--checkpoint.dir", str(tmp_path / "ck"), "--checkpoint.every-steps", "20",
                                 "--log.every-steps", "10", max_restarts=1), log=log)
     try:
-        wait_for_line(log, PROGRESS, proc, where=lambda m: int(m["step"]) >= 40)
+        # Rank 0 logs step 40 before it writes step 40's checkpoint; by its step-50 line that write is done (a save
+        # blocks its step), so the kill cannot land in between on a loaded machine and leave step 20 the newest.
+        wait_for_line(log, PROGRESS, proc, where=lambda m: int(m["step"]) >= 50)
         victims = worker_pids(proc.pid)
         assert len(victims) == 2, victims
         os.kill(victims[1], signal.SIGKILL)

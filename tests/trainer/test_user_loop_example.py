@@ -52,8 +52,10 @@ def test_the_example_reports_progress_and_resumes_at_its_checkpoint_after_a_work
     args = ["--checkpoint-dir", str(ck), "--checkpoint-every", "20", "--log-every", "10"]
     proc = start(user_loop_cmd("--steps", "1000000", *args), env=env, log=tmp_path / "first.log")
     try:
-        seen = wait_until(lambda: (p := progress(port)).get("step", 0) >= 60 and "samplesPerSecond" in p and p,
-                          timeout=120, interval=0.2, what="step 60 on worker 0's endpoint")
+        # The loop reports a step before rank 0 saves it; at step 70 the step-60 save is done (it blocks rank 0's
+        # loop), so the kill below cannot land in between on a loaded machine and leave step 40 the newest.
+        seen = wait_until(lambda: (p := progress(port)).get("step", 0) >= 70 and "samplesPerSecond" in p and p,
+                          timeout=120, interval=0.2, what="step 70 on worker 0's endpoint")
         assert math.isfinite(seen["loss"]) and seen["samplesPerSecond"] > 0, seen
         wait_until(lambda: progress(port + 1).get("step", 0) >= 60, timeout=60, interval=0.2,
                    what="step 60 on worker 1's endpoint (local rank 1 serves on base + 1)")
