@@ -307,13 +307,14 @@ class Trainer:
         limit = probe_cuda(
             self._probe_step(), self.device, optimizer_state_bytes(self.ddp.module, self.cfg.train.optimizer), upper
         )
-        agreed = torch.tensor([limit], device=self.device)
-        dist.all_reduce(agreed, op=dist.ReduceOp.MIN)
-        if int(agreed.item()) < 1:
+        smallest = torch.tensor([limit], device=self.device)
+        dist.all_reduce(smallest, op=dist.ReduceOp.MIN)
+        agreed = int(smallest.item())
+        if agreed < 1:
             raise RuntimeError("--train.micro-batch-size auto: not one sample's forward and backward fits the device")
-        self.plan = self._plan_batches(micro_batch_limit=int(agreed.item()))
+        self.plan = self._plan_batches(micro_batch_limit=agreed)
         self.micro_batch_auto = "probed"
-        self.micro_batch_found = {**device_key(self.device), "limit": int(agreed.item())}
+        self.micro_batch_found = {**device_key(self.device), "limit": agreed}
 
     def _probe_step(self):
         """A forward and backward of the bare module (no DDP: no collective) on the first m samples of this rank's
