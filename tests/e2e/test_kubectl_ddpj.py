@@ -11,11 +11,15 @@ import re
 import shutil
 import signal
 import subprocess
+import threading
 import time
 from pathlib import Path
 
 import pytest
 import yaml
+from ddpjob_operator import api
+from ddpjob_operator.cli.logs import Follower
+from kubernetes import client, config
 
 from conftest import job_status, pods
 from ddpjob_localnode.recovery import find_worker_process
@@ -205,3 +209,54 @@ def test_a_user_without_access_to_the_namespace_is_told_so(cluster, crds, namesp
     denied = ddpj(cluster, namespace, "history", "any", "--kubeconfig", str(kubeconfig))
     assert denied.returncode == 2, denied
     assert f'no access to ddpjob "any" in namespace "{namespace}"' in denied.stderr and "forbidden" in denied.stderr
+
+
+class _Recording:
+    """The real CoreV1Api, with a note of which pods the caller has asked about (nothing is answered for it)."""
+
+    def __init__(self, core):
+        self._core, self.asked = core, []
+
+    def __getattr__(self, name):
+        method = getattr(self._core, name)
+        if name not in ("read_namespaced_pod", "read_namespaced_pod_log"):
+            return method
+
+        def call(pod, *args, **kw):
+            self.asked.append((name, pod))
+            return method(pod, *args, **kw)
+        return call
+
+
+def test_logs_follow_begun_before_a_pod_is_bound_streams_it_once_it_runs(cluster, crds, local_node, namespace):
+    """The API server answers a log request for a pod with no node yet with an empty 200, not an error: a follow
+    that read then would end at once and miss the whole pod (seen in `make test`: a restarted attempt's worker 1
+    never showed in `logs -f`). Here the pod is held unbound by a scheduling gate while the follow starts, and
+    is let go once the follow has asked about it; its line must come through. No operator runs: the job is
+    suspended and the pod is made by hand, so nothing else touches either."""
+    name = "held"
+    job = {"apiVersion": f"{api.GROUP}/{api.VERSION}", "kind": "DDPJob", "metadata": {"name": name},
+           "spec": {"replicas": 1, "runPolicy": {"suspend": True}, "template": {"spec": {"containers": [
+               {"name": api.TRAINER_CONTAINER, "image": "busybox:1.36", "command": ["true"]}]}}}}
+    localnode.apply(cluster, namespace, job)
+    pod = localnode.local_pod(f"{name}-worker-0", ["sh", "-c", "echo hello from the held pod"],
+                              schedulingGates=[{"name": "ddpjob.dev/test-hold"}])
+    pod["metadata"]["labels"] = {api.LABEL_JOB_NAME: name, api.LABEL_ATTEMPT: "0", api.LABEL_REPLICA_INDEX: "0"}
+    pod["spec"]["containers"][0]["name"] = api.TRAINER_CONTAINER
+    localnode.apply(cluster, namespace, pod)
+
+    api_client = config.new_client_from_config(config_file=str(cluster.kubeconfig))
+    core = _Recording(client.CoreV1Api(api_client))
+    lines: list[str] = []
+    follower = Follower(core, client.CustomObjectsApi(api_client), namespace, name, follow=True, out=lines.append)
+    runner = threading.Thread(target=follower.run, daemon=True)
+    runner.start()
+    wait_until(lambda: core.asked, timeout=30, what="the follow to ask about the held pod")
+    cluster.kubectl("-n", namespace, "patch", "pod", pod["metadata"]["name"], "--type=json",
+                    "-p", '[{"op": "remove", "path": "/spec/schedulingGates"}]')
+    localnode.wait_phase(cluster, namespace, pod["metadata"]["name"], ("Succeeded", "Failed"))
+    cluster.kubectl("-n", namespace, "patch", "ddpj", name, "--subresource=status", "--type=merge",
+                    "-p", '{"status": {"phase": "Succeeded"}}')
+    runner.join(timeout=60)
+    assert not runner.is_alive(), "the follow ends once the job has ended and its streams are done"
+    assert lines == ["[a0 w0 r?] hello from the held pod"], lines

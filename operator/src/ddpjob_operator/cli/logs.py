@@ -38,6 +38,18 @@ def prefix(pod: dict[str, Any], rank: int | None) -> str:
     return f"[{who} r{'?' if rank is None else rank}]"
 
 
+def container_started(pod: Any) -> bool:
+    """Whether the pod's trainer container has started (it runs, or ran and ended): only then is there a log."""
+    if not pod.spec.node_name:
+        return False
+    for status in pod.status.container_statuses or []:
+        if status.name == api.TRAINER_CONTAINER and status.state and (status.state.running or status.state.terminated):
+            return True
+        if status.name == api.TRAINER_CONTAINER and (status.restart_count or 0) > 0:
+            return True
+    return False
+
+
 def wanted(line_rank: int | None, rank: int | None) -> bool:
     return rank is None or line_rank == rank
 
@@ -98,6 +110,10 @@ class Follower:
 
     def _stream(self, pod: dict[str, Any]) -> None:
         name = pod["metadata"]["name"]
+        # A pod not yet bound has no log and the API server answers that with an empty 200, not an error: a follow
+        # begun then would end at once and miss the whole pod. So a follow first waits for the container to start.
+        if self.follow and not self._wait_started(pod):
+            return
         while True:
             try:
                 response = self.core.read_namespaced_pod_log(
@@ -125,6 +141,22 @@ class Follower:
                     self.emit(f"{prefix(pod, rank)} {line}")
         finally:
             response.release_conn()
+
+    def _wait_started(self, pod: dict[str, Any]) -> bool:
+        """Wait until the trainer container of this pod (this uid) has run; False once the pod is gone or ended
+        without it ever starting."""
+        while True:
+            try:
+                now = self.core.read_namespaced_pod(pod["metadata"]["name"], self.namespace)
+            except ApiException:
+                return False
+            if now.metadata.uid != pod["metadata"]["uid"]:
+                return False
+            if container_started(now):
+                return True
+            if now.status.phase not in ("Pending", "Running"):
+                return False
+            time.sleep(WAIT_SECONDS)
 
     def _still_there(self, pod: dict[str, Any]) -> bool:
         try:
