@@ -71,6 +71,12 @@ def test_without_the_podgroup_api_jobs_run_pod_by_pod_and_say_so(cluster, withou
         op.stop()
 
 
+def attempt_pods(kube: Kube, job: str, attempt: int, n: int) -> list[dict] | None:
+    """The job's pods of this attempt once there are n of them (whatever their phase), else None."""
+    pods = [p for p in kube.pods(job) if p["metadata"]["labels"].get("ddpjob.dev/restart-attempt") == str(attempt)]
+    return pods if len(pods) >= n else None
+
+
 @pytest.fixture
 def scheduler_without_gangs(cluster, crds):
     """The scheduler alone restarted with GANG_SCHEDULING=api: at its default feature gates it places pods one by
@@ -95,6 +101,11 @@ def test_a_scheduler_that_ignores_podgroups_is_found_out_and_jobs_go_pod_by_pod(
         kube = Kube(cluster, namespace)
         kube.apply(ddpjob("toobig", replicas=2, gpus=64))  # no node has 64 GPUs
         kube.apply(ddpjob("plain", replicas=2, gpus=1))
+        # The first attempt's pods, read as soon as they are made: later, a kwok node that the control plane
+        # restart before this test left NotReady for a while can restart the group (a lost node), and the next
+        # attempt rightly goes pod by pod once the scheduler has shown it ignores gangs (seen under CI's load).
+        first = wait_until(lambda: attempt_pods(kube, "plain", 0, n=2), timeout=60, what="the first attempt's pods")
+        assert all(p["spec"].get("schedulingGroup") for p in first), "the first attempt was made a gang"
         big = kube.wait_status("toobig", lambda s: s.get("reason") == "Unschedulable", timeout=90,
                                what="toobig Unschedulable in its pods' words")
         placed = next(c for c in big["conditions"] if c["type"] == "PodsPlaced")
@@ -102,14 +113,13 @@ def test_a_scheduler_that_ignores_podgroups_is_found_out_and_jobs_go_pod_by_pod(
         group = cluster.kubectl("-n", namespace, "get", "podgroups.scheduling.k8s.io", "toobig-0", "-o",
                                 "jsonpath={.status.conditions}").stdout
         assert "PodGroupScheduled" not in group, group
-        status = kube.wait_phase("plain", "Running", timeout=150)
-        pods = kube.running_pods("plain", attempt=status["attempt"], n=2, timeout=60)
-        assert all(p["spec"].get("schedulingGroup") for p in pods), "the first attempt was made a gang"
         status = kube.wait_status("plain", lambda s: s.get("placement") == "PodByPod", timeout=90,
                                   what="placement PodByPod once the scheduler showed it ignores the gang")
         assert "GangNotEnforced" in {e["reason"] for e in kube.events("plain")}
         warnings = [line for line in op.log().splitlines() if "level=warning logger=ddpjob.gang" in line]
         assert len(warnings) == 1 and "does not gang-schedule" in warnings[0], op.log()[-3000:]
+        status = kube.wait_phase("plain", "Running", timeout=150)
+        kube.running_pods("plain", attempt=status["attempt"], n=2, timeout=60)
         kube.fail_pod("plain-worker-1", exit_code=1)
         attempt = status["attempt"] + 1
         pods = kube.running_pods("plain", attempt=attempt, n=2, timeout=150)
