@@ -314,6 +314,55 @@ def test_torchft_replica_groups_train_across_the_real_nodes_and_a_killed_group_i
     assert uids(cluster, namespace, "ft")["ft-worker-0"] == before["ft-worker-0"], "the survivor was never replaced"
 
 
+def test_torchft_a_stopped_kubelet_costs_the_job_only_the_group_on_that_node(
+        cluster, namespace, real_nodes, trainer_image, operator):
+    """TorchFT under a lost node: one replica group per real node, the Lighthouse pinned to the node that stays
+    (faultTolerance.lighthouse.nodeSelector; a lost Lighthouse recreates the group, as docs/fault-tolerance.md
+    says and the recovery bench measures). The other node's kubelet stops and the node turns NotReady: the group
+    there is replaced alone (NodeLost, ReplicaGroupReplaced, attempt 0) and its replacement waits for room, while
+    the survivor trains on: the job never leaves Running and its step advances with the node still down. The
+    kubelet returns and the job ends Succeeded, the loss counted as the platform's, not the job's."""
+    kept, lost = real_nodes
+    manifest = digits_job(trainer_image, "ftnode", steps=1500)
+    manifest["spec"]["runPolicy"] = {"backoffLimit": 3, "restartBackoffSeconds": 0}
+    manifest["spec"]["faultTolerance"] = {"mode": "TorchFT", "lighthouse": {
+        "heartbeatTimeoutMilliseconds": 1000, "nodeSelector": {"kubernetes.io/hostname": kept},
+        "tolerations": TOLERATE}}
+    cluster.kubectl("-n", namespace, "apply", "-f", "-", input=json.dumps(manifest))
+    wait_step(cluster, namespace, "ftnode", 40)
+    before = uids(cluster, namespace, "ftnode")
+    assert node_of(cluster, namespace, "ftnode-lighthouse") == kept
+    victim = next(pod for pod in before if pod.startswith("ftnode-worker") and node_of(cluster, namespace, pod) == lost)
+
+    stopped = realnode("stop", lost.rsplit("-", 1)[1], check=False)
+    assert stopped.returncode == 0, stopped.stdout + stopped.stderr
+    try:
+        def replaced():
+            status = status_of(cluster, namespace, "ftnode")
+            assert status.get("phase") == "Running" and status.get("attempt") == 0, status
+            return status.get("recoveries") and status
+        seen = wait_until(replaced, timeout=JOB_TIMEOUT, interval=1, what="the lost group replaced")
+        entry = seen["recoveries"][0]
+        assert (entry["kind"], entry["pod"], entry["how"]) == ("NodeLost", victim, "ReplicaGroupReplaced"), entry
+        step = seen.get("progress", {}).get("step", 0)
+
+        def trains_on():
+            status = status_of(cluster, namespace, "ftnode")
+            assert status.get("phase") in ("Running", "Succeeded") and status.get("attempt") == 0, status
+            return status.get("progress", {}).get("step", 0) >= step + 30 or status.get("phase") == "Succeeded"
+        wait_until(trains_on, timeout=JOB_TIMEOUT, interval=1, what="the survivor training on with the node down")
+        assert node_of(cluster, namespace, "ftnode-lighthouse") == kept
+        assert cluster.kubectl("get", "node", lost, "-o", "jsonpath={.status.conditions[?(@.type=='Ready')]"
+                               ".status}").stdout != "True", "the node was still down while the survivor trained"
+    finally:
+        started = realnode("start", lost.rsplit("-", 1)[1], check=False)
+    assert started.returncode == 0, started.stdout + started.stderr
+    status = finished(cluster, namespace, "ftnode")
+    assert status["phase"] == "Succeeded" and status["attempt"] == 0, status
+    assert status["restarts"] == 0 and status["platformRestarts"] >= 1, status
+    assert {r["how"] for r in status["recoveries"]} == {"ReplicaGroupReplaced"}, status["recoveries"]
+
+
 def test_the_images_entrypoint_as_pid_1_reaps_an_orphan_and_forwards_sigterm(
         cluster, namespace, real_nodes, trainer_image):
     """The trainer image's entrypoint (`python -m ddp_trainer.torchrun`) is the container's PID 1, so it is its
