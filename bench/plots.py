@@ -270,7 +270,7 @@ def plot_oscillation(osc: dict, out: Path) -> None:
     plt.close(fig)
 
 
-def plot_recovery_modes(rec: dict, out: Path) -> None:
+def plot_recovery_modes(rec: dict, out: Path, name: str = "recovery_modes.png") -> None:
     """Rank-seconds lost and the survivors' stall per fault, one bar per recovery mode (recovery_modes.py)."""
     rows = rec["rows"]
     faults = list(dict.fromkeys(r["fault"] for r in rows))
@@ -295,7 +295,7 @@ def plot_recovery_modes(rec: dict, out: Path) -> None:
         ax.legend()
     fig.suptitle(f"Recovery by fault and mode: {rec['job']}", fontsize=9)
     fig.tight_layout()
-    fig.savefig(out / "recovery_modes.png", dpi=110)
+    fig.savefig(out / name, dpi=110)
     plt.close(fig)
 
 
@@ -318,9 +318,10 @@ def main() -> int:
     oscillation = _load(out / "capacity_oscillation.json")
     if oscillation:
         plot_oscillation(oscillation, out)
-    recovery = _load(out / "recovery_modes.json")
-    if recovery and recovery.get("rows"):
-        plot_recovery_modes(recovery, out)
+    for nodes in ("", "_real"):  # the local nodes', then the real nodes' (recovery_modes.py --nodes real)
+        recovery = _load(out / f"recovery_modes{nodes}.json")
+        if recovery and recovery.get("rows"):
+            plot_recovery_modes(recovery, out, f"recovery_modes{nodes}.png")
     return 0
 
 

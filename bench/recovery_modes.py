@@ -1,16 +1,22 @@
-"""Recovery by fault and restart strategy, on the shared local cluster with three local nodes, real torchrun groups
-(digits, gloo on CPU): kill -9 of one trainer process, kubectl delete of one pod, and one node agent stopped
-(no out-of-service taint), each under Recreate, InPlace and TorchFT (faultTolerance.mode: torchft replica groups),
-all in one run on the same nodes.
+"""Recovery by fault and restart strategy, real torchrun groups (digits, gloo on CPU): kill -9 of one trainer
+process, kubectl delete of one pod, and one node lost, each under Recreate, InPlace and TorchFT (faultTolerance.mode:
+torchft replica groups), all in one run on the same nodes. Two kinds of node (--nodes):
 
-The job is elastic 2..3 at 3 pods, one per node, one process each; the fault always hits replica 1 (not pod 0,
-the rendezvous host). For each run, read from worker 0's log (kubectl logs --timestamps, its step lines):
+- local (the default): three local node agents (hack/localnode) on the shared local cluster. The job is elastic
+  2..3 at 3 pods. A node is lost by stopping its agent, which marks the node NotReady and kills its processes.
+- real: the two real nodes (hack/realnode.sh: kubelets with containerd), the trainer image. The job is elastic
+  1..2 at 2 pods. A node is lost by stopping its kubelet: as on a node that lost its kubelet, its containers run on
+  (the lost pod may train on beside the survivor) until the kubelet returns and stops what was deleted meanwhile.
+  kill -9 goes through `kubectl exec`, as a user reaches a container.
+
+One pod per node, one process each; the fault always hits replica 1 (not pod 0, the rendezvous host). For each
+run, read from worker 0's log (kubectl logs --timestamps, its step lines):
 - stall: from the fault to worker 0's first step line of the group that trains after it (training again);
 - back: from the fault to worker 0 back at that step (after redoing the steps lost since the checkpoint);
 - steps lost: that step minus the step the group resumed from (0 when nobody resumed);
 - pods recreated: pods of the job created after the fault, by the time it is back;
-- rank-seconds lost: the ranks of the group before the fault x back (a GPU each on a GPU cluster; a rank that
-  could train and does not, until it is back at its pre-failure step), and its ratio to Recreate's for the fault.
+- rank-seconds lost: the ranks of the group before the fault (3 or 2) x back (a GPU each on a GPU cluster; a rank
+  that could train and does not, until it is back at its pre-failure step), and its ratio to Recreate's.
 
 TorchFT's survivors never restart, so for it:
 - stall: worker 0's longest gap between step lines after the fault, less its usual gap before it (the time the
@@ -18,10 +24,10 @@ TorchFT's survivors never restart, so for it:
 - back: the fault to worker 0's first step line past the fault step (survivors lose no step);
 - heal: the fault to the replacement group's `healed from live peer` line (its rank is lost until then; a lost
   node's replacement may find no room until the node returns: then its rank counts as lost for `back`);
-- rank-seconds lost: 2 survivors x stall + 1 x heal; if the Lighthouse itself was on the lost node the whole group
-  restarts from a checkpoint (replica_groups.lighthouse_failure), and it is 3 x back as for Recreate.
+- rank-seconds lost: the survivors x stall + 1 x heal; if the Lighthouse itself was on the lost node the whole
+  group restarts from a checkpoint (replica_groups.lighthouse_failure), and it is all ranks x back as for Recreate.
 
-    PYTHONPATH=tests python bench/recovery_modes.py [--out bench/results/recovery_modes.json] [--steps 900]"""
+    PYTHONPATH=tests python bench/recovery_modes.py [--nodes local|real] [--out FILE] [--steps 900]"""
 
 from __future__ import annotations
 
@@ -31,6 +37,7 @@ import os
 import random
 import signal
 import statistics
+import subprocess
 import sys
 import time
 import uuid
@@ -43,9 +50,11 @@ from support import cluster as local_cluster  # type: ignore[import-not-found]
 from support import localnode
 from support.cluster import wait_until  # type: ignore[import-not-found]
 from support.operator import OperatorProcess, install_crds  # type: ignore[import-not-found]
+from support.realnode import IMAGES_SH, TOLERATE, realnode  # type: ignore[import-not-found]
+from support.realnode import NODES as REAL_NODES
 
 from ddp_trainer.progress_log import HEALED, PROGRESS, RESUMED, STARTED
-from ddpjob_localnode.recovery import find_worker_process, parse_time
+from ddpjob_localnode.recovery import KILL_TRAINER_WORKERS, find_worker_process, parse_time
 from machine import describe_machine
 from progress_lines import say
 
@@ -55,13 +64,105 @@ FAULTS = ("kill", "delete", "node")
 MODES = ("Recreate", "InPlace", "TorchFT")
 JOB = "rec"
 LAST_CALL: int | None = None  # --last-call: rendezvous.lastCallTimeoutSeconds for every run (unset: the operator's)
+REAL_CHECKPOINTS = Path("/var/lib/ddpjob-bench-recovery")  # a hostPath both real nodes see (they share this disk)
+
+
+class LocalNodes:
+    """Three local node agents; a lost node is its agent stopped (node NotReady, its processes killed)."""
+
+    kind = "local"
+    count = 3
+
+    def __init__(self) -> None:
+        self.agent_started = False
+
+    def up(self, c) -> list[str]:
+        self.agent_started = localnode.start(c)
+        return [localnode.node_name(0)] + [localnode.start_extra(c, i, nodes=3) for i in (1, 2)]
+
+    def down(self, c) -> None:
+        for i in (1, 2):
+            localnode.stop_extra(i)
+        if self.agent_started:
+            localnode.stop()
+
+    def dress(self, job: dict) -> None:
+        """examples/digits.yaml already lands on the local nodes."""
+
+    def kill(self, c, ns: str, pod: dict) -> None:
+        victim = find_worker_process(localnode.CLUSTER_DIR, pods(c, ns), replica="1")
+        assert victim, "no trainer process of replica 1"
+        os.kill(victim.pid, signal.SIGKILL)
+
+    def stop(self, index: int) -> None:
+        localnode.stop() if index == 0 else localnode.stop_extra(index)
+
+    def start(self, c, index: int) -> None:
+        localnode.start(c) if index == 0 else localnode.start_extra(c, index, nodes=3)
+
+
+class RealNodes:
+    """The two real nodes (hack/realnode.sh) and the trainer image; a lost node is its kubelet stopped."""
+
+    kind = "real"
+    count = 2
+    image = ""
+
+    def up(self, c) -> list[str]:
+        for step in (
+            ["bash", str(ROOT / "hack" / "build-tools.sh"), "node"],
+            ["bash", str(ROOT / "hack" / "install-node-packages.sh")],
+            ["bash", str(IMAGES_SH), "trainer"],
+        ):
+            subprocess.run(step, check=True)
+        up = realnode("up", str(len(REAL_NODES)), check=False)
+        assert up.returncode == 0, up.stdout + up.stderr
+        subprocess.run(["bash", str(IMAGES_SH), "load"], check=True)
+        self.image = subprocess.run(
+            ["bash", str(IMAGES_SH), "trainer-ref"], capture_output=True, text=True, check=True
+        ).stdout.strip()
+        REAL_CHECKPOINTS.mkdir(parents=True, exist_ok=True)
+        REAL_CHECKPOINTS.chmod(0o777)  # the image's user (UID 1000) writes there; a hostPath gets no fsGroup
+        return list(REAL_NODES)
+
+    def down(self, c) -> None:
+        down = realnode("down", check=False)
+        assert down.returncode == 0, down.stdout + down.stderr
+
+    def dress(self, job: dict) -> None:
+        pod = job["spec"]["template"]["spec"]
+        pod["nodeSelector"] = {"ddpjob.dev/real-node": "true"}
+        pod["tolerations"] = TOLERATE
+        (volume,) = [v for v in pod["volumes"] if v["name"] == "checkpoints"]
+        volume["hostPath"] = {"path": str(REAL_CHECKPOINTS), "type": "Directory"}
+        container = pod["containers"][0]
+        container.update(image=self.image, imagePullPolicy="Never")
+        container["resources"] = {"limits": {"memory": "1536Mi", "cpu": "1"}, "requests": {"cpu": "100m"}}
+
+    def kill(self, c, ns: str, pod: dict) -> None:
+        killed = c.kubectl(
+            "-n", ns, "exec", pod["metadata"]["name"], "--", "python", "-c", KILL_TRAINER_WORKERS, check=False
+        ).stdout.strip()
+        assert killed, f"no trainer worker process found in {pod['metadata']['name']}"
+
+    def stop(self, index: int) -> None:
+        stopped = realnode("stop", str(index), check=False)
+        assert stopped.returncode == 0, stopped.stdout + stopped.stderr
+
+    def start(self, c, index: int) -> None:
+        started = realnode("start", str(index), check=False)
+        assert started.returncode == 0, started.stdout + started.stderr
+
+
+NODES: LocalNodes | RealNodes = LocalNodes()
 
 
 def manifest(mode: str, steps: int) -> dict:
     job = yaml.safe_load((ROOT / "examples" / "digits.yaml").read_text())
     job["metadata"]["name"] = JOB
     spec = job["spec"]
-    spec.update(replicas=3, nprocPerNode=1, elastic={"minReplicas": 2, "maxReplicas": 3})
+    n = NODES.count
+    spec.update(replicas=n, nprocPerNode=1, elastic={"minReplicas": n - 1, "maxReplicas": n})
     strategy = "Recreate" if mode == "TorchFT" else mode
     spec["runPolicy"].update(restartStrategy=strategy, backoffLimit=5, restartBackoffSeconds=0)
     if mode == "TorchFT":
@@ -92,6 +193,7 @@ def manifest(mode: str, steps: int) -> dict:
     spec["template"]["spec"]["affinity"] = {
         "podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [one_per_node]}
     }
+    NODES.dress(job)
     return job
 
 
@@ -134,7 +236,7 @@ def after_restart(lines: list[tuple[float, int]], starts: list[float], at: float
 def end_run(c, ns: str, stopped: int | None) -> None:
     """Bring a stopped node back and delete the job, whatever the run measured."""
     if stopped is not None:
-        localnode.start(c) if stopped == 0 else localnode.start_extra(c, stopped, nodes=3)
+        NODES.start(c, stopped)
     c.kubectl("-n", ns, "delete", "ddpj", JOB, "--wait=true", "--timeout=120s", check=False)
     wait_until(lambda: not pods(c, ns), timeout=120, what="the job's pods gone")
 
@@ -150,15 +252,13 @@ def one_run(c, ns: str, mode: str, fault: str, nodes: list[str], steps: int) -> 
     at = time.time()
     reached = worker0_steps(c, ns)[0][-1][1]
     if fault == "kill":
-        victim = find_worker_process(localnode.CLUSTER_DIR, pods(c, ns), replica="1")
-        assert victim, "no trainer process of replica 1"
-        os.kill(victim.pid, signal.SIGKILL)
+        NODES.kill(c, ns, victim_pod)
     elif fault == "delete":
         c.kubectl("-n", ns, "delete", "pod", victim_pod["metadata"]["name"], "--wait=false")
     else:  # "node": replica 1's node; "lighthouse" (TorchFT): the Lighthouse's node, a worker's too
         target = victim_pod if fault == "node" else next(p for p in lighthouses(c, ns))
         stopped = nodes.index(target["spec"]["nodeName"])
-        (localnode.stop if stopped == 0 else lambda: localnode.stop_extra(stopped))()
+        NODES.stop(stopped)
     say(f"{mode} {fault}: fault at step {reached}")
 
     def first(at_least: int):
@@ -184,7 +284,7 @@ def one_run(c, ns: str, mode: str, fault: str, nodes: list[str], steps: int) -> 
         "back_seconds": round(back_s, 2),
         "steps_lost": lost_steps,
         "pods_recreated": len(created),
-        "rank_seconds_lost": round(3 * back_s, 1),
+        "rank_seconds_lost": round(NODES.count * back_s, 1),
     }
     say(f"{mode} {fault}: {row}")
     return row
@@ -246,7 +346,9 @@ def torchft_run(
         "lighthouse_lost": lighthouse_lost,
         "steps_lost": max(0, reached - resumed) if lighthouse_lost and resumed is not None else 0,
         "pods_recreated": len(created),
-        "rank_seconds_lost": round(3 * back if lighthouse_lost else 2 * stall + 1 * lost_group, 1),
+        "rank_seconds_lost": round(
+            NODES.count * back if lighthouse_lost else (NODES.count - 1) * stall + 1 * lost_group, 1
+        ),
     }
     say(f"TorchFT {fault}: {row}")
     return row
@@ -254,7 +356,8 @@ def torchft_run(
 
 def main() -> int:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "recovery_modes.json")
+    parser.add_argument("--nodes", choices=("local", "real"), default="local")
+    parser.add_argument("--out", type=Path, default=None, help="default: bench/results/recovery_modes[_real].json")
     parser.add_argument("--steps", type=int, default=900)
     # A subset, for a quick look at one row (Recreate always runs: every ratio is to it).
     # "lighthouse" (TorchFT only, with "node" for its Recreate base): stop the node the Lighthouse runs on. Not in
@@ -264,13 +367,14 @@ def main() -> int:
     parser.add_argument("--modes", nargs="+", choices=MODES, default=list(MODES))
     parser.add_argument("--last-call", type=int, default=None, help="rendezvous.lastCallTimeoutSeconds")
     args = parser.parse_args()
-    global LAST_CALL
+    global LAST_CALL, NODES
     LAST_CALL = args.last_call
+    NODES = RealNodes() if args.nodes == "real" else LocalNodes()
+    out = args.out or ROOT / "bench" / "results" / f"recovery_modes{'_real' if args.nodes == 'real' else ''}.json"
     modes = [m for m in MODES if m in args.modes or m == "Recreate"]
     c = local_cluster.up()
     install_crds(c.kubectl)
-    agent_started = localnode.start(c)
-    nodes = [localnode.node_name(0)] + [localnode.start_extra(c, i, nodes=3) for i in (1, 2)]
+    nodes = NODES.up(c)
     ns = f"bench-recovery-{uuid.uuid4().hex[:5]}"
     c.kubectl("create", "namespace", ns)
     log = Path(os.environ.get("TMPDIR", "/tmp")) / f"{ns}-operator.log"
@@ -284,26 +388,25 @@ def main() -> int:
                 rows.append(one_run(c, ns, mode, fault, nodes, args.steps))
     finally:
         operator.stop()
-        for i in (1, 2):
-            localnode.stop_extra(i)
         c.kubectl("delete", "namespace", ns, "--wait=false", check=False)
         # Leave the machine as found: a cluster left up holds the ports the test suite's own cluster needs.
-        if agent_started:
-            localnode.stop()
+        NODES.down(c)
         if c.started_here:
             local_cluster.down()
     for row in rows:
         fault = "node" if row["fault"] == "lighthouse" else row["fault"]
         base = next(r for r in rows if r["fault"] == fault and r["mode"] == "Recreate")
         row["rank_seconds_ratio_to_recreate"] = round(row["rank_seconds_lost"] / base["rank_seconds_lost"], 2)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(
         json.dumps(
             {
                 "benchmark": "recovery_modes",
                 "machine": describe_machine(),
-                "job": "digits, elastic 2..3 at 3 pods x 1 process, one pod per local node (TorchFT: 3 replica "
-                "groups, 1 s heartbeat timeout)",
+                "nodes": NODES.kind,
+                "job": f"digits, elastic {NODES.count - 1}..{NODES.count} at {NODES.count} pods x 1 process, one "
+                f"pod per {NODES.kind} node (TorchFT: {NODES.count} replica groups, 1 s heartbeat timeout)"
+                + (", the trainer image" if NODES.kind == "real" else ""),
                 "rows": rows,
             },
             indent=2,

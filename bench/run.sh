@@ -16,7 +16,7 @@
 #                                     vs the operator before the settling rules (a git worktree of e0edcad^)
 #   BENCH_TORCHFT_TIMEOUTS=5000,1000,500,200,100   torchft: Lighthouse heartbeat timeouts (ms) to measure
 #   BENCH_SKIP="local"                any of: trainer scale gang estimate oscillation deletion kueue local torchft recovery
-#                                     (skip those parts)
+#                                     realrecovery (skip those parts; realrecovery needs root: hack/realnode.sh)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 py="$root/.venv/bin/python"
@@ -111,6 +111,11 @@ fi
 if ! skip recovery; then
   say "recovery by fault and strategy: kill -9, delete pod, stop node x Recreate, InPlace on three local nodes"
   PYTHONPATH="$root/tests" "$py" "$root/bench/recovery_modes.py" --out "$results/recovery_modes.json"
+fi
+
+if ! skip realrecovery; then
+  say "recovery by fault and strategy on the two real nodes (kubelets with containerd, the trainer image)"
+  PYTHONPATH="$root/tests" "$py" "$root/bench/recovery_modes.py" --nodes real --out "$results/recovery_modes_real.json"
 fi
 
 say "plots and summary"

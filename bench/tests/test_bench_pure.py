@@ -387,3 +387,24 @@ def test_recovery_modes_reads_the_group_that_trains_after_the_fault():
     # The old process logged 110 after the fault at 2.5; the new one started at 8 and resumed at the checkpoint.
     assert after_restart(lines, [0.0, 8.0], at=2.5) == [(9.0, 110), (10.0, 115)]
     assert after_restart(lines, [0.0], at=2.5) == [], "no process started since: nothing trains again yet"
+
+
+def test_recovery_modes_on_real_nodes_runs_the_trainer_image_at_the_size_two_nodes_hold(monkeypatch):
+    import recovery_modes
+
+    nodes = recovery_modes.RealNodes()
+    nodes.image = "localhost/ddpjob/ddp-trainer:abc"
+    monkeypatch.setattr(recovery_modes, "NODES", nodes)
+    job = recovery_modes.manifest("InPlace", steps=300)
+    spec, pod = job["spec"], job["spec"]["template"]["spec"]
+    assert (spec["replicas"], spec["elastic"]) == (2, {"minReplicas": 1, "maxReplicas": 2})
+    assert pod["nodeSelector"] == {"ddpjob.dev/real-node": "true"}
+    assert {"key": "ddpjob.dev/real-node", "operator": "Exists", "effect": "NoSchedule"} in pod["tolerations"]
+    assert pod["containers"][0]["image"] == nodes.image and pod["containers"][0]["imagePullPolicy"] == "Never"
+    (volume,) = [v for v in pod["volumes"] if v["name"] == "checkpoints"]
+    assert volume["hostPath"]["path"] == str(recovery_modes.REAL_CHECKPOINTS)
+    # The local nodes keep the shape of the table before: 3 pods, elastic 2..3, the example's local-node placement.
+    monkeypatch.setattr(recovery_modes, "NODES", recovery_modes.LocalNodes())
+    local = recovery_modes.manifest("InPlace", steps=300)
+    assert (local["spec"]["replicas"], local["spec"]["elastic"]) == (3, {"minReplicas": 2, "maxReplicas": 3})
+    assert local["spec"]["template"]["spec"]["nodeSelector"] == {"ddpjob.dev/local-node": "true"}
