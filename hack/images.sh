@@ -183,7 +183,23 @@ load() { # import every current image (the NAME.oci.tar links) into each running
       "$bin/ctr" --address "$sock" -n k8s.io images import "$(readlink -f "$image")" >/dev/null
       log "loaded $ref into realnode-$i in $((SECONDS - t0))s"
     done
+    prune_node "$sock" "$i"
   done
+}
+
+prune_node() { # prune_node SOCK I: drop what a moved tag left behind in node I's containerd
+  # A tag that moves to a new image leaves the old one under the CRI's own image-ID name (sha256:<config>), which
+  # keeps its layers and snapshots (GBs for the trainer) for ever. An image no tag names is removed here; what a
+  # running container still uses stays (containerd keeps the snapshots it holds) and goes with the next prune.
+  local sock=$1 i=$2 listing named ref digest
+  listing=$("$bin/ctr" --address "$sock" -n k8s.io images ls 2>/dev/null | awk 'NR > 1 {print $1, $3}')
+  named=$(awk '$1 !~ /^sha256:/ {print $2}' <<<"$listing")
+  while read -r ref digest; do
+    [[ -n $ref ]] || continue
+    grep -qxF "$digest" <<<"$named" && continue
+    "$bin/ctr" --address "$sock" -n k8s.io images rm "$ref" >/dev/null
+    log "removed from realnode-$i an image no tag names any more ($ref)"
+  done < <(awk '$1 ~ /^sha256:/' <<<"$listing")
 }
 
 list() {

@@ -132,6 +132,16 @@ def test_the_kubelet_restarts_a_failed_container_in_its_pod(cluster, namespace, 
     assert status["lastState"]["terminated"]["exitCode"] == 3, status
 
 
+def test_the_nodes_keep_no_image_that_no_tag_names(real_nodes):
+    """`hack/images.sh load` prunes what a rebuilt image leaves behind: the old one stays in containerd under the
+    CRI's own image-ID name, and each trainer rebuild left GBs on every node (this machine's disk ran out once)."""
+    for i in range(len(NODES)):
+        listed = json.loads(realnode("crictl", str(i), "images", "-o", "json").stdout)["images"]
+        untagged = [image["id"] for image in listed if not image.get("repoTags")]
+        assert not untagged, f"realnode-{i} keeps images no tag names: {untagged}"
+        assert {t.rsplit(":", 1)[0] for image in listed for t in image["repoTags"]} >= {"localhost/ddpjob/pause"}
+
+
 def test_down_leaves_no_process_container_mount_namespace_bridge_rule_or_cgroup(cluster, namespace, real_nodes):
     for index, node in enumerate(real_nodes):
         apply(cluster, namespace, pod_on(node, f"sleeper-{index}", ["sleep", "3600"]))
