@@ -8,7 +8,9 @@
 #                             iptables rule and cgroup they made
 #   hack/realnode.sh status   say which are up
 #   hack/realnode.sh left     print what of theirs is still on the machine (nothing after `down`)
-#   hack/realnode.sh stop I | start I    stop or start node I's kubelet only (a lost node)
+#   hack/realnode.sh stop I | start I    stop or start node I's kubelet only (a lost node; its pods run on)
+#   hack/realnode.sh freeze I | thaw I   stop or resume every container of node I at once (cgroup freezer): with
+#                             stop, a node gone silent, as one that lost its power or its network
 #   hack/realnode.sh crictl I ARGS...    crictl against node I's containerd (what runs there, whatever the API says)
 #
 # Two nodes share this machine's kernel, so each has its own of everything a kubelet or containerd would take
@@ -438,9 +440,17 @@ up() {
   log "$n real node(s) Ready in $((SECONDS - t0))s"
 }
 
+freezer() { # freezer I FROZEN|THAWED: node I's pods (every process under its cgroup root) stop or go on
+  local f="/sys/fs/cgroup/freezer/ddpjob-realnode-$1/freezer.state"
+  [[ -f $f ]] || { log "node $1 has no freezer cgroup ($f)"; return 1; }
+  echo "$2" >"$f"
+}
+
 remove_node() { # everything node I made, whether or not its daemons still run
   local i=$1 name d
   name=$(name_of "$i") d=$(node_dir "$i")
+  # A frozen process takes no signal until thawed: nothing below could stop it.
+  freezer "$i" THAWED 2>/dev/null || true
   stop_pid "$name-kubelet"
   if pid_alive "$name-containerd"; then
     # Pod sandboxes first: their network namespaces, CNI addresses and mounts go with them.
@@ -517,6 +527,8 @@ case ${1:-} in
   left) left ;;
   stop) stop_pid "$(name_of "$2")-kubelet" ;;
   start) start_kubelet "$2" ;;
+  freeze) freezer "$2" FROZEN ;;
+  thaw) freezer "$2" THAWED ;;
   crictl) shift; i=$1; shift; crictl_ "$i" "$@" ;;
-  *) echo "usage: $0 up N|down|status|left|stop I|start I|crictl I ARGS..." >&2; exit 2 ;;
+  *) echo "usage: $0 up N|down|status|left|stop I|start I|freeze I|thaw I|crictl I ARGS..." >&2; exit 2 ;;
 esac
