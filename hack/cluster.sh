@@ -179,6 +179,9 @@ stop_component() {
 
 etcd_healthy() { curl -sf "http://127.0.0.1:$ETCD_PORT/health" | grep -q true; }
 apiserver_ready() { kubectl_ get --raw /readyz; }
+# Ready once its informers have synced and its event handlers run: a pod made before that (a restart between two
+# tests) can wait out a gang's quorum with no event left to requeue it.
+scheduler_ready() { curl -skf "https://127.0.0.1:$SCHED_PORT/readyz" >/dev/null; }
 default_sa() { kubectl_ -n default get serviceaccount default; }
 nodes_ready() {
   local want=$1 got
@@ -239,6 +242,7 @@ up() {
     start_component kube-controller-manager
     start_component kube-scheduler
     start_component kwok
+    wait_for 60 kube-scheduler scheduler_ready
     # The apiserver refuses pods in a namespace until its default ServiceAccount exists.
     wait_for 60 "default ServiceAccount" default_sa
     log "control plane ready in $((SECONDS - t0))s"
@@ -282,7 +286,12 @@ case ${1:-} in
   down) down ;;
   status) status ;;
   stop) stop_component "$2" ;;
-  start) start_component "$2"; [[ $2 == kube-apiserver ]] && wait_for 60 kube-apiserver apiserver_ready; true ;;
+  start)
+    start_component "$2"
+    case $2 in
+      kube-apiserver) wait_for 60 kube-apiserver apiserver_ready ;;
+      kube-scheduler) wait_for 60 kube-scheduler scheduler_ready ;;
+    esac ;;
   kubeconfig) echo "$dir/kubeconfig" ;;
   *) echo "usage: $0 up|down|status|stop NAME|start NAME|kubeconfig" >&2; exit 2 ;;
 esac

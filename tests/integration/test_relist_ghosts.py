@@ -96,5 +96,8 @@ def test_objects_deleted_while_the_watch_was_down_leave_the_cache(cluster, crds,
         op.stop()
         start_control_plane()
         print(f"----- operator log -----\n{op.log()[-20000:]}")  # shown when the test fails
+        scheduler_log = cluster.kubeconfig.parent / "logs" / "kube-scheduler.log"
+        if scheduler_log.exists():
+            print(f"----- kube-scheduler log -----\n{scheduler_log.read_text()[-8000:]}")
         if node in cluster.kubectl("get", "nodes", "-o", "name", check=False).stdout:
             delete_node(core, node)
