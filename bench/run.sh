@@ -16,7 +16,8 @@
 #                                     vs the operator before the settling rules (a git worktree of e0edcad^)
 #   BENCH_TORCHFT_TIMEOUTS=5000,1000,500,200,100   torchft: Lighthouse heartbeat timeouts (ms) to measure
 #   BENCH_SKIP="local"                any of: trainer scale gang estimate oscillation deletion kueue local torchft recovery
-#                                     realrecovery (skip those parts; realrecovery needs root: hack/realnode.sh)
+#                                     realrecovery restartall (skip those parts; the last two need root:
+#                                     hack/realnode.sh)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 py="$root/.venv/bin/python"
@@ -116,6 +117,11 @@ fi
 if ! skip realrecovery; then
   say "recovery by fault and strategy on the two real nodes (kubelets with containerd, the trainer image)"
   PYTHONPATH="$root/tests" "$py" "$root/bench/recovery_modes.py" --nodes real --out "$results/recovery_modes_real.json"
+fi
+
+if ! skip restartall; then
+  say "KEP-5532 on a real node: the kubelet restarting a pod's containers in place vs the pod recreated"
+  PYTHONPATH="$root/tests" "$py" "$root/bench/restart_all_containers.py" --out "$results/restart_all_containers.json"
 fi
 
 say "plots and summary"

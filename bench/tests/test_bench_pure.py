@@ -408,3 +408,19 @@ def test_recovery_modes_on_real_nodes_runs_the_trainer_image_at_the_size_two_nod
     local = recovery_modes.manifest("InPlace", steps=300)
     assert (local["spec"]["replicas"], local["spec"]["elastic"]) == (3, {"minReplicas": 2, "maxReplicas": 3})
     assert local["spec"]["template"]["spec"]["nodeSelector"] == {"ddpjob.dev/local-node": "true"}
+
+
+def test_restart_all_containers_compares_a_pod_with_the_rule_to_one_without():
+    from restart_all_containers import NODE, exiter_pod
+
+    ruled = exiter_pod("in-place", [3])
+    (container,) = ruled["spec"]["containers"]
+    assert container["restartPolicy"] == "Never" and ruled["spec"]["restartPolicy"] == "Never"
+    assert container["restartPolicyRules"] == [
+        {"action": "RestartAllContainers", "exitCodes": {"operator": "In", "values": [3]}}
+    ]
+    plain = exiter_pod("recreated", None)
+    assert "restartPolicyRules" not in plain["spec"]["containers"][0]
+    # Both go through the scheduler onto the same real node, so the rule's NodeDeclaredFeatures filter applies.
+    for pod in (ruled, plain):
+        assert pod["spec"]["nodeSelector"] == {"kubernetes.io/hostname": NODE} and "nodeName" not in pod["spec"]
