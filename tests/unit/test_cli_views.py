@@ -125,3 +125,25 @@ def test_run_refuses_flags_it_cannot_build_a_job_from(words, message):
 ])
 def test_the_rank_a_log_line_names(line, rank):
     assert logs.rank_of(line) == rank
+
+
+@pytest.mark.parametrize("node, state, restarts, started", [
+    (None, None, 0, False),                                            # not bound: the API answers an empty log
+    ("n0", {"waiting": {"reason": "ContainerCreating"}}, 0, False),
+    ("n0", {"running": {"startedAt": "2026-11-27T10:00:00Z"}}, 0, True),
+    ("n0", {"terminated": {"exitCode": 1}}, 0, True),
+    ("n0", {"waiting": {"reason": "CrashLoopBackOff"}}, 1, True),       # it ran before: its last log is there
+])
+def test_a_log_is_read_only_once_the_trainer_container_has_started(node, state, restarts, started):
+    from kubernetes import client
+
+    statuses = [{"name": "sidecar", "ready": True, "restartCount": 0, "image": "i", "imageID": "",
+                 "state": {"running": {}}}]
+    if state is not None:
+        statuses.append({"name": logs.api.TRAINER_CONTAINER, "ready": False, "restartCount": restarts,
+                         "image": "i", "imageID": "", "state": state})
+    raw = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"},
+           "spec": {"nodeName": node, "containers": [{"name": logs.api.TRAINER_CONTAINER}]},
+           "status": {"containerStatuses": statuses}}
+    pod = client.ApiClient()._ApiClient__deserialize(raw, "V1Pod")
+    assert logs.container_started(pod) is started

@@ -43,10 +43,9 @@ def container_started(pod: Any) -> bool:
     if not pod.spec.node_name:
         return False
     for status in pod.status.container_statuses or []:
-        if status.name == api.TRAINER_CONTAINER and status.state and (status.state.running or status.state.terminated):
-            return True
-        if status.name == api.TRAINER_CONTAINER and (status.restart_count or 0) > 0:
-            return True
+        if status.name == api.TRAINER_CONTAINER:
+            state = status.state
+            return bool(state and (state.running or state.terminated) or (status.restart_count or 0) > 0)
     return False
 
 
@@ -126,8 +125,8 @@ class Follower:
                 )
                 break
             except ApiException as e:
-                # 400: the container has not started yet; wait for it while following, else there is nothing yet.
-                if e.status == 400 and self.follow and self._still_there(pod):
+                # 400: no log yet (the container is being restarted); wait for it while following.
+                if e.status == 400 and self.follow and self._wait_started(pod):
                     time.sleep(WAIT_SECONDS)
                     continue
                 if e.status != 404:
@@ -157,13 +156,6 @@ class Follower:
             if now.status.phase not in ("Pending", "Running"):
                 return False
             time.sleep(WAIT_SECONDS)
-
-    def _still_there(self, pod: dict[str, Any]) -> bool:
-        try:
-            now = self.core.read_namespaced_pod(pod["metadata"]["name"], self.namespace)
-        except ApiException:
-            return False
-        return bool(now.metadata.uid == pod["metadata"]["uid"] and now.status.phase in ("Pending", "Running"))
 
     def _show_kept(self, job: dict[str, Any], present: set[str]) -> None:
         status = job.get("status") or {}
