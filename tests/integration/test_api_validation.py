@@ -49,6 +49,13 @@ def with_metrics_port_on(container: str, deadline: int = 60) -> dict:
     return job
 
 
+def with_resources(**resources) -> dict:
+    """The trainer container's resources (limits=..., requests=...)."""
+    job = with_spec()
+    job["spec"]["template"]["spec"]["containers"][0]["resources"] = resources
+    return job
+
+
 def with_metrics_port(port: int, network_policy: bool = True) -> dict:
     job = with_spec(networkPolicy=network_policy)
     job["spec"]["template"]["spec"]["containers"][0]["ports"] = [{"name": "metrics", "containerPort": port}]
@@ -107,6 +114,13 @@ INVALID = [
     ("shm size not a quantity", with_spec(shmSize="lots"),
      "spec.shmSize must be a non-negative Kubernetes quantity such as 4Gi or 512Mi"),
     ("negative shm size", with_spec(shmSize="-1Gi"), "spec.shmSize must be a non-negative Kubernetes quantity"),
+    # Found by the spec fuzzer: a limit that is no quantity reached the operator, whose every reconcile of the job
+    # then failed (ValueError: Invalid number format: lots) instead of the job being refused.
+    ("a GPU limit that is no quantity", with_resources(limits={"nvidia.com/gpu": "lots"}),
+     "resources.limits[nvidia.com/gpu]: Invalid value: \"lots\": must be a non-negative Kubernetes quantity such as "
+     "2, 500m or 8Gi"),
+    ("a negative memory request", with_resources(requests={"memory": "-1Gi"}),
+     "resources.requests[memory]: Invalid value: \"-1Gi\": must be a non-negative Kubernetes quantity"),
     ("restart strategy typo", with_spec(runPolicy__restartStrategy="Restart"),
      'spec.runPolicy.restartStrategy: Unsupported value: "Restart": supported values: "Recreate", "InPlace"'),
     ("torchrun's own restarts beside InPlace",
@@ -162,6 +176,8 @@ def test_defaults_are_applied(kube, crds):
     ("metrics port 9400 with the NetworkPolicy", with_metrics_port(9400)),
     ("any metrics port without the NetworkPolicy", with_metrics_port(8080, network_policy=False)),
     ("TorchFT with its defaults", with_spec(faultTolerance={"mode": "TorchFT"})),
+    ("resources as a pod takes them", with_resources(limits={"nvidia.com/gpu": 8, "memory": "64Gi", "cpu": "7500m"},
+                                                     requests={"cpu": "0.5", "ephemeral-storage": "10G"})),
 ])
 def test_valid_ports_process_counts_and_shm_sizes_are_accepted(kube, crds, name, manifest):
     res = kube("create", "--dry-run=server", "-f", "-", input=json.dumps(manifest), check=False)
