@@ -64,6 +64,7 @@ FAULTS = ("kill", "delete", "node")
 MODES = ("Recreate", "InPlace", "TorchFT")
 JOB = "rec"
 LAST_CALL: int | None = None  # --last-call: rendezvous.lastCallTimeoutSeconds for every run (unset: the operator's)
+PEER_TIMEOUT: int | None = None  # --peer-timeout: DDP_TRAINER_PEER_TIMEOUT_SECONDS in the template
 REAL_CHECKPOINTS = Path("/var/lib/ddpjob-bench-recovery")  # a hostPath both real nodes see (they share this disk)
 
 
@@ -175,6 +176,8 @@ def manifest(mode: str, steps: int) -> dict:
     if LAST_CALL is not None:
         spec["rendezvous"]["lastCallTimeoutSeconds"] = LAST_CALL
     container = spec["template"]["spec"]["containers"][0]
+    if PEER_TIMEOUT is not None:
+        container.setdefault("env", []).append({"name": "DDP_TRAINER_PEER_TIMEOUT_SECONDS", "value": str(PEER_TIMEOUT)})
     args = [
         a
         for a in container["args"]
@@ -399,9 +402,10 @@ def main() -> int:
     parser.add_argument("--faults", nargs="+", choices=(*FAULTS, "lighthouse"), default=list(FAULTS))
     parser.add_argument("--modes", nargs="+", choices=MODES, default=list(MODES))
     parser.add_argument("--last-call", type=int, default=None, help="rendezvous.lastCallTimeoutSeconds")
+    parser.add_argument("--peer-timeout", type=int, default=None, help="InPlace's DDP_TRAINER_PEER_TIMEOUT_SECONDS")
     args = parser.parse_args()
-    global LAST_CALL, NODES
-    LAST_CALL = args.last_call
+    global LAST_CALL, NODES, PEER_TIMEOUT
+    LAST_CALL, PEER_TIMEOUT = args.last_call, args.peer_timeout
     NODES = RealNodes() if args.nodes == "real" else LocalNodes()
     steps = args.steps or (6000 if args.nodes == "real" else 900)
     out = args.out or ROOT / "bench" / "results" / f"recovery_modes{'_real' if args.nodes == 'real' else ''}.json"

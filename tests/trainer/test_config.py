@@ -24,6 +24,8 @@ from ddp_trainer.config import ConfigError, env_name, flag_name, parse_config
     (["--ddp.compile", "true"], {}, ("ddp", "compile"), "on"),  # the flag's form while it was a boolean
     ([], {"DDP_TRAINER_DDP_COMPILE": "0"}, ("ddp", "compile"), "off"),
     ([], {"DDP_TRAINER_ENTRYPOINT": "pkg.mod:build"}, (None, "entrypoint"), "pkg.mod:build"),
+    ([], {}, (None, "peer_timeout_seconds"), 0.0),  # no peer watch unless asked (the operator asks under InPlace)
+    ([], {"DDP_TRAINER_PEER_TIMEOUT_SECONDS": "60"}, (None, "peer_timeout_seconds"), 60.0),
 ])
 def test_flags_and_env(argv, environ, field, want):
     cfg = parse_config(argv, environ)
@@ -58,6 +60,7 @@ def test_names_follow_one_rule():
     (["--data.workers", "-2"], {}, "--data.workers must be >= 0, or -1 for the device's default, got -2"),
     (["--metrics.peak-tflops", "-1"], {}, "--metrics.peak-tflops must be >= 0, got -1.0"),
     (["--checkpoint.keep", "0"], {}, "--checkpoint.keep must be >= 1, got 0"),
+    (["--peer-timeout-seconds", "-5"], {}, "--peer-timeout-seconds must be >= 0 (0: no watch), got -5.0"),
     (["--metrics.port", "70000"], {}, "--metrics.port must be in 0..65535, got 70000"),
     (["--train.batch-size-per-rank", "0"], {}, "--train.global-batch-size must be > 0, or --train.batch-size-per-rank >= 1"),
 ])

@@ -50,6 +50,10 @@ def test_torchruns_limit_never_ends_a_pod_before_the_jobs_budgets(strategy, back
     spec = parse_spec(job.build()["spec"])
     assert max_restarts(spec, restarts) == want
     assert ("TORCH_DISABLE_SHARE_RDZV_TCP_STORE" in overridable_defaults(spec)) == (strategy == "InPlace")
+    # The trainer's peer watch: only InPlace re-forms a group in running pods, and past the node's NotReady.
+    timeout = overridable_defaults(spec).get("DDP_TRAINER_PEER_TIMEOUT_SECONDS")
+    assert (timeout is not None) == (strategy == "InPlace")
+    assert timeout is None or int(timeout) > 50, "longer than the default --node-monitor-grace-period"
 
 
 def test_new_pods_get_the_budget_left_as_their_limit():

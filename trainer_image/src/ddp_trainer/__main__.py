@@ -8,7 +8,7 @@ import sys
 import torch.distributed as dist
 from torch.distributed.elastic.multiprocessing.errors import record
 
-from . import exit_codes
+from . import exit_codes, peer_watch
 from .checkpoint import CheckpointDiskFull, CheckpointUnreadable
 from .config import ConfigError, parse_config
 from .distributed_env import DistEnv, choose_backend, choose_device, init_process_group
@@ -43,6 +43,7 @@ def main(argv: list[str] | None = None) -> int:
     rendezvous_seconds = init_process_group(env, device)
     if env.local_rank == 0 or cfg.log.all_ranks:
         emit(started_line(who, env.world_size, choose_backend(), str(device), rendezvous_seconds))
+    watch = peer_watch.start(env, cfg.peer_timeout_seconds, who.prefix)  # InPlace: a silent node is left
     from .trainer import Trainer  # after the group exists: a bad rendezvous fails before the model is built
 
     replicas = None
@@ -66,6 +67,8 @@ def main(argv: list[str] | None = None) -> int:
         code = trainer.train()
     except CheckpointDiskFull as e:
         return disk_full(who, e)
+    if watch is not None:
+        watch.stop()
     if replicas is not None:
         replicas.shutdown()
     dist.destroy_process_group()

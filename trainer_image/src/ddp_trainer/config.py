@@ -119,6 +119,7 @@ class Config:
     workload: str = "digits"
     entrypoint: str = ""  # module:function or path/to/script.py[:function]; overrides --workload
     device: str = "auto"  # auto: CUDA when usable, else CPU; cuda: exit 69 if CUDA is not usable (gpu_check.py)
+    peer_timeout_seconds: float = 0.0  # > 0: leave a node silent this long (peer_watch.py); 0: no watch
     train: TrainConfig = field(default_factory=TrainConfig)
     data: DataConfig = field(default_factory=DataConfig)
     ddp: DDPConfig = field(default_factory=DDPConfig)
@@ -207,6 +208,8 @@ def validate(cfg: Config) -> None:
         problems.append(f"--workload must be one of {', '.join(WORKLOADS)}, got {cfg.workload!r}")
     if cfg.device not in DEVICES:
         problems.append(f"--device must be auto or cuda, got {cfg.device!r}")
+    if cfg.peer_timeout_seconds < 0:
+        problems.append(f"--peer-timeout-seconds must be >= 0 (0: no watch), got {cfg.peer_timeout_seconds}")
     if cfg.train.steps < 1:
         problems.append(f"--train.steps must be >= 1, got {cfg.train.steps}")
     if cfg.train.grad_accum_steps < 1:

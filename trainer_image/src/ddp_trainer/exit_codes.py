@@ -9,3 +9,4 @@ CHECKPOINT_MISMATCH = 65  # the checkpoint is another run's (workload, data set,
 CHECKPOINT_UNREADABLE = 66  # checkpoints exist and none loads (sysexits' EX_NOINPUT); step 0 would prune them
 NO_USABLE_GPU = 69  # GPUs requested, CUDA unusable (sysexits' EX_UNAVAILABLE); the same node would fail again
 PREEMPTED = 143  # 128 + SIGTERM: a checkpoint was written, start again to resume
+PEER_LOST = 142  # 128 + SIGALRM: another node went silent (peer_watch.py); retryable, the group forms again

@@ -50,7 +50,16 @@ def collective_timeout(spec: JobSpec) -> int:
 # ports nobody listens on ("Gloo connectFullMesh failed ... Connection refused"), and prefixing by
 # TORCHELASTIC_RESTART_COUNT does not help, since an agent restarted for a peer's sake does not count. torch's own
 # opt-out gives each group a store of its own, hosted by its rank 0.
-IN_PLACE_DEFAULTS = {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
+# A node gone silent (no reset reaches its peers) would hold the survivors in a collective until its timeout
+# (collective_timeout, 300 s): the bundled trainer's peer watch (ddp_trainer/peer_watch.py) leaves the group after
+# this long without the next node's heartbeat, and torchrun forms it again without the node. It must exceed the
+# controller-manager's --node-monitor-grace-period (50 s by default), so that the node is NotReady first and the
+# survivors' restart is taken for the node's loss (node_grace.py), never the trainer's.
+PEER_TIMEOUT_SECONDS = 60
+IN_PLACE_DEFAULTS = {
+    "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1",
+    "DDP_TRAINER_PEER_TIMEOUT_SECONDS": str(PEER_TIMEOUT_SECONDS),
+}
 
 
 def overridable_defaults(spec: JobSpec) -> dict[str, str]:
