@@ -119,16 +119,18 @@ def test_pods_of_a_job_deleted_while_the_operator_is_down_go_when_it_returns(kub
     wait_until(lambda: not kube.pods("orphan"), timeout=60, what="pod removed once the operator is back")
 
 
-def test_a_resource_quantity_the_api_cannot_decode_fails_the_job_instead_of_retrying_forever(kube, operator):
-    # Found by the fuzz suite: the API server answers 400 (not 422) when the body is not even a Pod.
+def test_a_resource_quantity_the_api_cannot_decode_is_refused_at_apply_and_nothing_is_made(kube, operator):
+    # Found by the fuzz suite: a limit that is no quantity. The API server answers a pod made of it with 400 (not
+    # 422), and before the CRD checked quantities the job failed only once the operator tried (InvalidPodTemplate),
+    # or its reconcile kept failing on the quantity. Now `kubectl apply` refuses it, naming the field.
     job = ddpjob("lots", replicas=1)
     del job["spec"]["gpusPerReplica"]  # the template's limit is then mirrored into the request, as written
     job["spec"]["template"]["spec"]["containers"][0]["resources"] = {"limits": {"nvidia.com/gpu": "lots"}}
-    kube.apply(job)
-    status = kube.wait_phase("lots", "Failed", timeout=30)
-    failed = next(c for c in status["conditions"] if c["type"] == "Failed")
-    assert failed["reason"] == "InvalidPodTemplate"
-    assert "quantities must match the regular expression" in failed["message"]
+    res = kube("apply", "-f", "-", input=json.dumps(job), check=False)
+    assert res.returncode != 0, res.stdout
+    assert 'resources.limits[nvidia.com/gpu]: Invalid value: "lots": must be a non-negative Kubernetes quantity' \
+        in res.stderr, res.stderr
+    assert kube.get("ddpj", "lots") is None
     assert kube.pods("lots") == []
 
 

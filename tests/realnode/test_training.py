@@ -235,15 +235,14 @@ def node_of(cluster, namespace: str, pod: str) -> str:
 
 def test_a_stopped_kubelet_recreate_and_in_place_each_recover_as_documented(
         cluster, namespace, real_nodes, trainer_image, operator):
-    """A lost node as the node lifecycle controller sees it: one node goes silent (every container of it frozen by
-    the cgroup freezer, so no reset reaches a peer, as on a power or network loss, and its kubelet stopped), the
-    node turns NotReady after the controller-manager's grace, and two jobs, one per restart strategy, lose their
-    pod there at once. docs/fault-tolerance.md: Recreate makes a new attempt at the size the nodes hold (elastic
-    1..2: one pod); InPlace replaces the lost pod alone, and worker 0 (the rendezvous host), whose collective waits
-    on the silent peer, leaves it after the trainer's peer timeout (not the 300 s collective timeout) and trains on
-    at world size 1 in the same pod while the replacement waits for room (one pod per node). Each job counts the
-    loss once, as the platform's. The node returns, both jobs end Succeeded, and the kubelet stops what the deleted
-    pods left running on its node."""
+    """A lost node as the node lifecycle controller sees it: one kubelet stops (its containers go on running under
+    containerd, as on a node that lost its kubelet or its network), the node turns NotReady after the
+    controller-manager's grace, and two jobs, one per restart strategy, lose their pod there at once.
+    docs/fault-tolerance.md: Recreate makes a new attempt at the size the nodes hold (elastic 1..2: one pod);
+    InPlace replaces the lost pod alone: worker 0 (the rendezvous host) trains on in the same pod while the
+    replacement waits for room (one pod per node). The lost pod's container, which no kubelet stops, may train on
+    beside it meanwhile: only the kubelet was stopped, not the network. The kubelet returns, both jobs end
+    Succeeded, and the kubelet stops what the deleted pods left running on its node."""
     def job(name: str, strategy: str) -> dict:
         manifest = digits_job(trainer_image, name, steps=1500)
         manifest["spec"]["runPolicy"] = {"restartStrategy": strategy, "backoffLimit": 3, "restartBackoffSeconds": 0}
@@ -263,9 +262,8 @@ def test_a_stopped_kubelet_recreate_and_in_place_each_recover_as_documented(
                             and node_of(cluster, namespace, pod) == lost) for name in before}
     assert lost_pods["inplace"] == "inplace-worker-1"
 
-    for word in ("freeze", "stop"):
-        done = realnode(word, lost.rsplit("-", 1)[1], check=False)
-        assert done.returncode == 0, done.stdout + done.stderr
+    stopped = realnode("stop", lost.rsplit("-", 1)[1], check=False)
+    assert stopped.returncode == 0, stopped.stdout + stopped.stderr
     try:
         def recovered(name: str):
             status = status_of(cluster, namespace, name)
@@ -280,17 +278,11 @@ def test_a_stopped_kubelet_recreate_and_in_place_each_recover_as_documented(
                    and s.get("attempt", 0) >= 1 and s.get("phase") == "Running", timeout=JOB_TIMEOUT, interval=1,
                    what="recreate's new attempt running at the one pod the nodes hold")
         assert seen["inplace"]["recoveries"][0]["how"] == "PodReplaced" and seen["inplace"]["attempt"] == 0
-        # The survivor left the silent peer and trains on alone in the same pod while the replacement waits.
-        def survivor_alone():
-            log = cluster.kubectl("-n", namespace, "logs", "inplace-worker-0", "-c", "trainer", check=False).stdout
-            silent = log.find("of the group has been silent for")
-            return silent >= 0 and "world_size=1 " in log[silent:] and log
-        wait_until(survivor_alone, timeout=JOB_TIMEOUT, interval=2, what="inplace's worker 0 training on alone")
+        # The survivor trains on in the same pod while the replacement waits for room.
         assert uids(cluster, namespace, "inplace")["inplace-worker-0"] == before["inplace"]["inplace-worker-0"]
     finally:
-        for word in ("thaw", "start"):
-            back = realnode(word, lost.rsplit("-", 1)[1], check=False)
-            assert back.returncode == 0, back.stdout + back.stderr
+        started = realnode("start", lost.rsplit("-", 1)[1], check=False)
+    assert started.returncode == 0, started.stdout + started.stderr
     for name in before:
         status = finished(cluster, namespace, name)
         assert status["phase"] == "Succeeded", (name, status)
@@ -342,9 +334,8 @@ def test_torchft_a_stopped_kubelet_costs_the_job_only_the_group_on_that_node(
     assert node_of(cluster, namespace, "ftnode-lighthouse") == kept
     victim = next(pod for pod in before if pod.startswith("ftnode-worker") and node_of(cluster, namespace, pod) == lost)
 
-    for word in ("freeze", "stop"):
-        done = realnode(word, lost.rsplit("-", 1)[1], check=False)
-        assert done.returncode == 0, done.stdout + done.stderr
+    stopped = realnode("stop", lost.rsplit("-", 1)[1], check=False)
+    assert stopped.returncode == 0, stopped.stdout + stopped.stderr
     try:
         def replaced():
             status = status_of(cluster, namespace, "ftnode")
