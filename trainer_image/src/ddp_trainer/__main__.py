@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import sys
 
 import torch.distributed as dist
 from torch.distributed.elastic.multiprocessing.errors import record
@@ -15,7 +14,7 @@ from .distributed_env import DistEnv, choose_backend, choose_device, init_proces
 from .fault_tolerance import ReplicaGroupEnv, check_even_split
 from .gpu_check import NoUsableGpu, check_gpu
 from .process_age import process_age_seconds
-from .process_exit import leave
+from .process_exit import leave, recorded_failure
 from .progress_log import Identity, emit, started_line, startup_line
 from .resume_checks import CheckpointMismatch
 
@@ -81,15 +80,6 @@ def config_error(error: ConfigError) -> int:
 
 def disk_full(who: Identity, error: CheckpointDiskFull) -> int:
     return recorded_failure(error, exit_codes.CHECKPOINT_DISK_FULL, f"{who.prefix} ERROR {error.strerror}")
-
-
-def recorded_failure(error: Exception, code: int, line: str) -> int:
-    from torch.distributed.elastic.multiprocessing.errors import ErrorHandler
-
-    # A distinct exit code bypasses @record's own recording; the termination log must still say what to fix.
-    ErrorHandler().record_exception(error)
-    print(line, file=sys.stderr, flush=True)
-    return code
 
 
 if __name__ == "__main__":

@@ -35,6 +35,7 @@ import torch.distributed as dist
 
 from . import exit_codes
 from .distributed_env import DistEnv
+from .process_exit import recorded_failure
 
 MAX_BEAT_SECONDS = 5.0
 BEATS_PER_TIMEOUT = 4  # a counter must miss this many beats in a row before its node is taken for silent
@@ -142,15 +143,12 @@ def group_prefix(env: DistEnv) -> str:
 
 def leave_group(prefix: str) -> Callable[[int, float], None]:
     def on_silent(node: int, silent: float) -> None:
-        from torch.distributed.elastic.multiprocessing.errors import ErrorHandler
-
         error = PeerLost(
             f"node {node} of the group has been silent for {silent:.0f} s (no heartbeat, no reset): leaving the "
             "group so that torchrun forms it again without that node (--peer-timeout-seconds)"
         )
-        ErrorHandler().record_exception(error)
-        print(f"{prefix} WARNING {error}", flush=True)
-        os._exit(exit_codes.PEER_LOST)
+        # os._exit from this thread: the main thread is stuck in the collective this watch exists to end.
+        os._exit(recorded_failure(error, exit_codes.PEER_LOST, f"{prefix} WARNING {error}"))
 
     return on_silent
 

@@ -1,4 +1,4 @@
-"""How a worker process ends once its work is done."""
+"""How a worker process ends: once its work is done, or with a failure of its own exit code."""
 
 from __future__ import annotations
 
@@ -23,3 +23,13 @@ def leave(code: int | None) -> None:
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code or 0)
+
+
+def recorded_failure(error: Exception, code: int, line: str) -> int:
+    """Record `error` for the termination log, print `line` and return `code` to exit with."""
+    from torch.distributed.elastic.multiprocessing.errors import ErrorHandler
+
+    # A distinct exit code bypasses @record's own recording; the termination log must still say what to fix.
+    ErrorHandler().record_exception(error)
+    print(line, file=sys.stderr, flush=True)
+    return code
