@@ -69,7 +69,7 @@ lint: venv ## Lint and type-check: ruff check, ruff format --check, mypy (settin
 	@mypy
 
 test: setup kueue-tools node-tools lint ## Lint, then run the whole test suite (unit, trainer, integration, e2e, realnode, chart, chaos)
-	@$(PY) -m pytest -n 2 --dist loadscope tests bench/tests $(PYTEST_ARGS)
+	@$(PY) -m pytest -n 3 --dist loadscope tests bench/tests $(PYTEST_ARGS)
 
 test-unit: setup ## Run only the pure unit tests (no cluster)
 	@$(PY) -m pytest tests/unit $(PYTEST_ARGS)

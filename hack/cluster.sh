@@ -9,6 +9,7 @@
 #
 # Everything lives in $CLUSTER_DIR (default .local-cluster/). Ports and sizes can be overridden:
 #   NODES=4 GPUS_PER_NODE=8 ETCD_PORT=23790 APISERVER_PORT=26443 KCM_PORT=20257 SCHED_PORT=20259 KWOK_PORT=20247
+#   KWOK_CIDR=127.244.0.0/16 (the simulated pods' addresses; a second cluster on this machine takes another range)
 # GANG_SCHEDULING=1 (default) serves Kubernetes v1.36's alpha gang scheduling: the scheduling.k8s.io/v1alpha2
 # PodGroup API (feature gate GenericWorkload on the apiserver, the controller-manager, which runs the PodGroup
 # protection finalizer, and the scheduler; GangScheduling on the scheduler). GANG_SCHEDULING=0 starts a cluster
@@ -30,6 +31,7 @@ APISERVER_PORT=${APISERVER_PORT:-26443}
 KCM_PORT=${KCM_PORT:-20257}
 SCHED_PORT=${SCHED_PORT:-20259}
 KWOK_PORT=${KWOK_PORT:-20247}
+KWOK_CIDR=${KWOK_CIDR:-127.244.0.0/16}
 GANG_SCHEDULING=${GANG_SCHEDULING:-1}
 if [[ $GANG_SCHEDULING == 1 || $GANG_SCHEDULING == api ]]; then
   APISERVER_GANG="--feature-gates=GenericWorkload=true --runtime-config=scheduling.k8s.io/v1alpha2=true"
@@ -149,7 +151,7 @@ cmdline() {
     # machine (and is refused at once) instead of going to a private-range address.
     kwok) echo "$bin/kwok --kubeconfig=$dir/kwok.kubeconfig --config=$root/hack/kwok-stages.yaml \
       --manage-all-nodes=false --manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake \
-      --node-lease-duration-seconds=40 --cidr=127.244.0.0/16 --node-ip=127.0.0.1 --server-address=127.0.0.1:$KWOK_PORT" ;;
+      --node-lease-duration-seconds=40 --cidr=$KWOK_CIDR --node-ip=127.0.0.1 --server-address=127.0.0.1:$KWOK_PORT" ;;
     *) echo "unknown component $1" >&2; return 1 ;;
   esac
 }

@@ -1,5 +1,9 @@
-"""Session-wide fixtures. Tests that need Kubernetes ask for `cluster` (one real control plane per session)
-and `namespace` (a fresh namespace per test). Pure unit tests ask for neither and start nothing."""
+"""Session-wide fixtures. Tests that need Kubernetes ask for `cluster` (a real control plane, started once per
+session) and `namespace` (a fresh namespace per test). Pure unit tests ask for neither and start nothing.
+
+There are two control planes (tests/support/cluster.py). `cluster` is the first, the one the local nodes join;
+tests/integration, tests/realnode and tests/chart override it with `second_cluster` in their conftest.py, so that
+`make test` runs them beside the first one's suites (the lanes below)."""
 
 from __future__ import annotations
 
@@ -15,14 +19,22 @@ from support import cluster as local_cluster
 CHAOS_ROWS: list[dict] = []  # under pytest-xdist: the chaos rows the workers handed back
 
 
-@pytest.fixture(scope="session")
-def cluster():
-    c = local_cluster.up()
-    os.environ.setdefault("DDPJOB_TEST_KUBECONFIG", str(c.kubeconfig))
+def _started(env):
+    c = local_cluster.up(env)
     yield c
     # Leave a cluster we started running only when asked (KEEP_CLUSTER=1), so CI ends with nothing left over.
     if c.started_here and os.environ.get("KEEP_CLUSTER") != "1":
-        local_cluster.down()
+        local_cluster.down(c)
+
+
+@pytest.fixture(scope="session")
+def cluster():
+    yield from _started(None)
+
+
+@pytest.fixture(scope="session")
+def second_cluster():
+    yield from _started(local_cluster.SECOND)
 
 
 @pytest.fixture(scope="session")
@@ -57,20 +69,25 @@ def pytest_collection_modifyitems(session, config, items):
     items[:] = [item for item in items if item not in last] + last
 
 
-# `make test` runs two lanes, pytest-xdist workers: the tests of the local cluster on one, in their order, one at a time
-# as a plain run takes them (they share its nodes, its Kueue, its real nodes and its outages, and that worker alone
-# starts and stops it), and everything else on the other, a module at a time (unit, trainer, the chart's
-# render-only tests, bench). The lane is decided by path, since xdist's controller schedules before any fixture is
-# known; collection checks that no test outside these paths asks for the cluster.
-CLUSTER_DIRS = ("tests/chaos/", "tests/e2e/", "tests/integration/", "tests/realnode/")
-CLUSTER_MODULES = frozenset(f"tests/chart/{name}.py" for name in (
+# `make test` runs three lanes, pytest-xdist workers (-n 3): the suites of each control plane on a worker of their own,
+# in their order, one test at a time as a plain run takes them (they share its nodes, its Kueue, its real nodes and
+# its outages, and that worker alone starts and stops it), and everything else on the third, a module at a time
+# (unit, trainer, the chart's render-only tests, bench). The lane is decided by path, since xdist's controller
+# schedules before any fixture is known; collection checks that each test's `cluster` is its lane's.
+FIRST_CLUSTER_DIRS = ("tests/chaos/", "tests/e2e/")
+SECOND_CLUSTER_DIRS = ("tests/integration/", "tests/realnode/")
+SECOND_CLUSTER_MODULES = frozenset(f"tests/chart/{name}.py" for name in (
     "test_chart_on_cluster", "test_ha_by_use", "test_prometheus_scrape", "test_rbac_by_use", "test_uninstall_hook"))
 
 
 def lane(nodeid: str) -> str:
-    """"cluster", or the test's own module."""
+    """"cluster-1", "cluster-2", or the test's own module."""
     path = nodeid.split("::")[0]
-    return "cluster" if path.startswith(CLUSTER_DIRS) or path in CLUSTER_MODULES else path
+    if path.startswith(FIRST_CLUSTER_DIRS):
+        return "cluster-1"
+    if path.startswith(SECOND_CLUSTER_DIRS) or path in SECOND_CLUSTER_MODULES:
+        return "cluster-2"
+    return path
 
 
 @pytest.hookimpl(optionalhook=True)
@@ -88,9 +105,16 @@ def pytest_xdist_make_scheduler(config, log):
 
 
 def pytest_itemcollected(item):
-    if "cluster" in item.fixturenames and lane(item.nodeid) != "cluster":
-        raise pytest.UsageError(f"{item.nodeid} uses the local cluster: add its module to CLUSTER_MODULES in "
-                                f"tests/conftest.py, so that make test runs it in the cluster's lane")
+    uses = "cluster" in item.fixturenames
+    second = "second_cluster" in item.fixturenames
+    where = lane(item.nodeid)
+    if uses and not where.startswith("cluster-"):
+        raise pytest.UsageError(f"{item.nodeid} uses a local cluster: add its module to a lane in tests/conftest.py "
+                                f"(FIRST_CLUSTER_DIRS, SECOND_CLUSTER_DIRS or SECOND_CLUSTER_MODULES)")
+    if uses and second != (where == "cluster-2"):
+        raise pytest.UsageError(f"{item.nodeid} runs in lane {where} but its `cluster` is the "
+                                f"{'second' if second else 'first'} control plane: its conftest.py must agree with "
+                                f"tests/conftest.py's lanes")
 
 
 @pytest.hookimpl(optionalhook=True)

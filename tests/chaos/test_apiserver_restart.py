@@ -6,7 +6,6 @@ is running."""
 
 from __future__ import annotations
 
-import subprocess
 import threading
 import time
 
@@ -14,7 +13,7 @@ import pytest
 
 from chaos_run import run_chaos
 from operator_chaos import OperatorUnderChaos
-from support.cluster import CLUSTER_SH
+from support.cluster import Cluster
 from workload import build_workload
 
 pytestmark = pytest.mark.slow
@@ -30,8 +29,9 @@ class ApiserverOutage(threading.Thread):
     test ends: after the outage the kube-scheduler has been seen to exit a minute later, which would leave every
     pod (of every suite) Pending. `cluster.sh start` is a no-op for a component that runs."""
 
-    def __init__(self):
+    def __init__(self, cluster: Cluster):
         super().__init__(daemon=True, name="apiserver-outage")
+        self.cluster = cluster
         self.down_at = self.up_at = None
         self.error: str | None = None
         self.revived: list[str] = []
@@ -40,14 +40,12 @@ class ApiserverOutage(threading.Thread):
     def run(self) -> None:
         time.sleep(DOWN_AFTER_SECONDS)
         try:
-            subprocess.run(["bash", str(CLUSTER_SH), "stop", "kube-apiserver"], check=True, capture_output=True,
-                           timeout=60)
+            self.cluster.sh("stop", "kube-apiserver", check=True, capture_output=True, timeout=60)
             self.down_at = time.monotonic()
             time.sleep(DOWN_SECONDS)
         finally:
             # Always bring it back, even if the stop failed half-way: the cluster is shared.
-            result = subprocess.run(["bash", str(CLUSTER_SH), "start", "kube-apiserver"], capture_output=True,
-                                    text=True, timeout=180)
+            result = self.cluster.sh("start", "kube-apiserver", capture_output=True, text=True, timeout=180)
             self.up_at = time.monotonic()
             if result.returncode != 0:
                 self.error = result.stderr[-2000:]
@@ -55,11 +53,11 @@ class ApiserverOutage(threading.Thread):
 
     def _keep_components_up(self) -> None:
         while not self.finished.wait(3):
-            status = subprocess.run(["bash", str(CLUSTER_SH), "status"], capture_output=True, text=True).stdout
+            status = self.cluster.sh("status", capture_output=True, text=True).stdout
             for component in ("kube-controller-manager", "kube-scheduler", "kwok"):
                 if f"{component}: stopped" in status:
                     self.revived.append(component)
-                    subprocess.run(["bash", str(CLUSTER_SH), "start", component], capture_output=True, timeout=120)
+                    self.cluster.sh("start", component, capture_output=True, timeout=120)
 
     def join(self, timeout=None) -> None:
         self.finished.set()
@@ -67,9 +65,10 @@ class ApiserverOutage(threading.Thread):
 
 
 @pytest.mark.disrupts_cluster
-def test_apiserver_restart_mid_workload_keeps_every_invariant(api, namespace, operator_process, seed, figures):
+def test_apiserver_restart_mid_workload_keeps_every_invariant(cluster, api, namespace, operator_process, seed,
+                                                             figures):
     scripts = build_workload(seed, jobs=JOBS, faults=FAULTS, prefix="a")
-    outage = ApiserverOutage()
+    outage = ApiserverOutage(cluster)
     chaos = OperatorUnderChaos(operator_process, seed, kill=False)
     recorder, driver = run_chaos(api, namespace, chaos, scripts, seed, figures, timeout=300, during=outage)
     figures.faults += 1  # the outage itself

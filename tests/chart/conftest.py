@@ -16,6 +16,12 @@ FIXTURES = Path(__file__).parent / "fixtures"
 
 
 @pytest.fixture(scope="session")
+def cluster(second_cluster):
+    """This suite runs on the second control plane, beside the first one's (tests/conftest.py's lanes)."""
+    return second_cluster
+
+
+@pytest.fixture(scope="session")
 def chart_crds(cluster):
     """prometheus-operator stand-ins and kopf's peering CRDs; the DDPJob CRD is installed by helm (crds/) or
     by whoever applied crds/ first on this shared cluster."""

@@ -19,6 +19,12 @@ NS_PREFIX = "t-op-"
 
 
 @pytest.fixture(scope="session")
+def cluster(second_cluster):
+    """This suite runs on the second control plane, beside the first one's (tests/conftest.py's lanes)."""
+    return second_cluster
+
+
+@pytest.fixture(scope="session")
 def crds(cluster):
     install_crds(cluster.kubectl)
 

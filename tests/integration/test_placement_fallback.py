@@ -6,12 +6,10 @@ with the API on), so it runs after every other test."""
 
 from __future__ import annotations
 
-import os
-import subprocess
 
 import pytest
 
-from support.cluster import CLUSTER_SH, wait_until
+from support.cluster import Cluster, wait_until
 from support.operator import OperatorProcess
 
 from ddpjob_manifests import ddpjob
@@ -20,18 +18,16 @@ from namespaced_kubectl import Kube
 COMPONENTS = ("kube-apiserver", "kube-controller-manager", "kube-scheduler")
 
 
-def restart(components: tuple[str, ...], mode: str) -> None:
+def restart(cluster: Cluster, components: tuple[str, ...], mode: str) -> None:
     """Stop, then start, these components of the local cluster with GANG_SCHEDULING=mode (hack/cluster.sh)."""
-    env = {**os.environ, "GANG_SCHEDULING": mode}
     for component in components:
-        subprocess.run(["bash", str(CLUSTER_SH), "stop", component], check=True, capture_output=True, timeout=60)
+        cluster.sh("stop", component, check=True, capture_output=True, timeout=60)
     for component in components:
-        subprocess.run(["bash", str(CLUSTER_SH), "start", component], check=True, capture_output=True, timeout=180,
-                       env=env)
+        cluster.sh("start", component, env={"GANG_SCHEDULING": mode}, check=True, capture_output=True, timeout=180)
 
 
-def restart_control_plane(cluster, gang: bool) -> None:
-    restart(COMPONENTS, "1" if gang else "0")
+def restart_control_plane(cluster: Cluster, gang: bool) -> None:
+    restart(cluster, COMPONENTS, "1" if gang else "0")
 
     def serves_podgroups() -> bool:
         out = cluster.kubectl("api-resources", "--api-group=scheduling.k8s.io", "-o", "name", check=False)
@@ -81,11 +77,11 @@ def attempt_pods(kube: Kube, job: str, attempt: int, n: int) -> list[dict] | Non
 def scheduler_without_gangs(cluster, crds):
     """The scheduler alone restarted with GANG_SCHEDULING=api: at its default feature gates it places pods one by
     one while the API server still serves PodGroups."""
-    restart(("kube-scheduler",), "api")
+    restart(cluster, ("kube-scheduler",), "api")
     try:
         yield
     finally:
-        restart(("kube-scheduler",), "1")
+        restart(cluster, ("kube-scheduler",), "1")
 
 
 @pytest.mark.disrupts_cluster

@@ -10,14 +10,12 @@ Marked disrupts_cluster: it restarts the shared apiserver, so it runs after ever
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import urllib.request
 
 import pytest
 from kubernetes import client, config
 
-from support.cluster import CLUSTER_SH, wait_until
+from support.cluster import Cluster, wait_until
 from support.nodes import create_spare_node, delete_node, node_schedulable
 from support.operator import OperatorProcess
 
@@ -25,35 +23,34 @@ from ddpjob_manifests import ddpjob
 from namespaced_kubectl import Kube
 
 
-ETCD = f"http://127.0.0.1:{os.environ.get('ETCD_PORT', '23790')}"
-
-
-def compact_etcd() -> None:
+def compact_etcd(cluster: Cluster) -> None:
     """Compact etcd's history to now (its JSON gateway), so no watch can resume from before this moment."""
+    etcd = f"http://127.0.0.1:{cluster.env.get('ETCD_PORT', '23790')}"
+
     def post(path: str, body: dict) -> dict:
-        request = urllib.request.Request(f"{ETCD}{path}", data=json.dumps(body).encode(), method="POST")
+        request = urllib.request.Request(f"{etcd}{path}", data=json.dumps(body).encode(), method="POST")
         with urllib.request.urlopen(request, timeout=10) as response:
             return json.loads(response.read())
     revision = post("/v3/kv/range", {"key": "AA=="})["header"]["revision"]
     post("/v3/kv/compaction", {"revision": revision, "physical": True})
 
 
-def start_control_plane() -> None:
+def start_control_plane(cluster: Cluster) -> None:
     for component in ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok"):
         # A no-op for a component that runs; the others have been seen to exit after an apiserver restart.
-        subprocess.run(["bash", str(CLUSTER_SH), "start", component], check=True, capture_output=True, timeout=180)
+        cluster.sh("start", component, check=True, capture_output=True, timeout=180)
 
 
-def restart_apiserver() -> None:
+def restart_apiserver(cluster: Cluster) -> None:
     """A fresh API server: every watch connection ends, and its watch cache starts now, so an older resourceVersion
-    must come from etcd, where compact_etcd() removes it: the watch gets 410 Gone and kopf lists again."""
-    subprocess.run(["bash", str(CLUSTER_SH), "stop", "kube-apiserver"], check=True, capture_output=True, timeout=60)
-    start_control_plane()
+    must come from etcd, where compact_etcd(cluster) removes it: the watch gets 410 Gone and kopf lists again."""
+    cluster.sh("stop", "kube-apiserver", check=True, capture_output=True, timeout=60)
+    start_control_plane(cluster)
 
 
 @pytest.mark.disrupts_cluster
 def test_objects_deleted_while_the_watch_was_down_leave_the_cache(cluster, crds, namespace, tmp_path):
-    start_control_plane()
+    start_control_plane(cluster)
     core = client.CoreV1Api(config.new_client_from_config(str(cluster.kubeconfig)))
     node = f"ghost-{namespace[-5:]}"
     create_spare_node(core, node)
@@ -70,19 +67,19 @@ def test_objects_deleted_while_the_watch_was_down_leave_the_cache(cluster, crds,
 
         op.freeze()
         try:
-            restart_apiserver()  # the frozen operator's watch connections end here, before anything is deleted
+            restart_apiserver(cluster)  # the frozen operator's watch connections end here, before anything is deleted
             # Gone for good while the operator cannot see it: no finalizer left, no grace.
             kube("patch", "pod", "gh-worker-1", "--type=json",
                  "-p", '[{"op": "remove", "path": "/metadata/finalizers"}]')
             kube("delete", "pod", "gh-worker-1", "--grace-period=0", "--force", "--wait=true")
             delete_node(core, node)
-            compact_etcd()
+            compact_etcd(cluster)
         finally:
             op.thaw()
 
         # The missing pod is seen (a failure of the running attempt: the group restarts) ...
         def restarted():
-            start_control_plane()  # the scheduler loses its lease in the outage and exits; bring it back
+            start_control_plane(cluster)  # the scheduler loses its lease in the outage and exits; bring it back
             s = kube.status("gh")
             return s.get("attempt", 0) >= 1 and s.get("phase") == "Running" and s
 
@@ -94,7 +91,7 @@ def test_objects_deleted_while_the_watch_was_down_leave_the_cache(cluster, crds,
         assert "deleted while the watch was down, dropped from the cache" in op.log()
     finally:
         op.stop()
-        start_control_plane()
+        start_control_plane(cluster)
         print(f"----- operator log -----\n{op.log()[-20000:]}")  # shown when the test fails
         scheduler_log = cluster.kubeconfig.parent / "logs" / "kube-scheduler.log"
         if scheduler_log.exists():

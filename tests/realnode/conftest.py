@@ -1,5 +1,5 @@
 """Real nodes (hack/realnode.sh): two kubelets of the control plane's release, each with a containerd 2.x of its
-own, on this machine beside the local cluster's simulated and local nodes. The module that asks for `real_nodes`
+own, on this machine, joined to the second control plane beside its simulated nodes. The module that asks for `real_nodes`
 brings them up (and the images into them) and takes them down after it, so no other suite sees them."""
 
 from __future__ import annotations
@@ -10,7 +10,13 @@ from pathlib import Path
 import pytest
 
 from support.cluster import ROOT, Cluster
-from support.realnode import IMAGES_SH, NODES, realnode
+from support.realnode import IMAGES_SH, NODES, join, realnode
+
+
+@pytest.fixture(scope="session")
+def cluster(second_cluster):
+    """This suite runs on the second control plane, beside the first one's (tests/conftest.py's lanes)."""
+    return second_cluster
 
 
 @pytest.fixture(scope="module")
@@ -21,6 +27,7 @@ def real_nodes(cluster: Cluster):
     for image in ("base", "operator"):
         subprocess.run(["bash", str(IMAGES_SH), image], check=True)
     forward_before = Path("/proc/sys/net/ipv4/ip_forward").read_text()
+    join(cluster)
     up = realnode("up", str(len(NODES)), check=False)
     assert up.returncode == 0, up.stdout + up.stderr
     subprocess.run(["bash", str(IMAGES_SH), "load"], check=True)

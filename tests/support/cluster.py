@@ -1,12 +1,17 @@
-"""The real local control plane for tests: started once per session by hack/cluster.sh, or taken from
-$KUBECONFIG when one is given. Never a mock."""
+"""The real local control planes for tests, started once per session by hack/cluster.sh, or taken from $KUBECONFIG
+when one is given. Never a mock.
+
+There are two, each a whole control plane with its own directory and ports, so that `make test` runs two suites
+against them at once (tests/conftest.py's lanes) and an outage one suite makes reaches only its own lane. The first
+is the one `make demo` uses, and the one the local node agents join."""
 
 from __future__ import annotations
 
 import os
 import subprocess
 import time
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from ddpjob_operator.api import TRACKING_FINALIZER
@@ -15,11 +20,30 @@ ROOT = Path(__file__).resolve().parents[2]
 BIN = ROOT / ".cache" / "bin"
 CLUSTER_SH = ROOT / "hack" / "cluster.sh"
 
+# What hack/cluster.sh, hack/kueue.sh and hack/realnode.sh read to work on the second control plane instead of the
+# first (their defaults). Ports below the kernel's ephemeral range (32768-60999), as the first's are, so no outgoing
+# connection holds one while a component restarts; the simulated pods get their own loopback range.
+SECOND = {
+    "CLUSTER_DIR": str(ROOT / ".local-cluster-2"), "ETCD_PORT": "24790", "ETCD_PEER_PORT": "24800",
+    "APISERVER_PORT": "27443", "KCM_PORT": "21257", "SCHED_PORT": "21259", "KWOK_PORT": "21247",
+    "KWOK_CIDR": "127.245.0.0/16", "KUEUE_WEBHOOK_PORT": "30443", "KUEUE_METRICS_PORT": "31080",
+    "KUEUE_HEALTH_PORT": "31081",
+}
+
 
 @dataclass(frozen=True)
 class Cluster:
     kubeconfig: Path
     started_here: bool
+    env: Mapping[str, str] = field(default_factory=dict)  # for the hack/ scripts: which control plane
+
+    def script_env(self, **extra: str) -> dict[str, str]:
+        """The environment a hack/ script (cluster.sh, kueue.sh) runs in for this cluster."""
+        return {**os.environ, **self.env, **extra}
+
+    def sh(self, *args: str, env: Mapping[str, str] | None = None, **kwargs) -> subprocess.CompletedProcess:
+        """hack/cluster.sh ARGS on this cluster (stop or start a component, status), with env's settings added."""
+        return subprocess.run(["bash", str(CLUSTER_SH), *args], env=self.script_env(**(env or {})), **kwargs)
 
     def kubectl(self, *args: str, check: bool = True, input: str | None = None,
                 timeout: float = 60) -> subprocess.CompletedProcess:
@@ -29,16 +53,19 @@ class Cluster:
         )
 
 
-def up(env: dict[str, str] | None = None) -> Cluster:
+def up(env: Mapping[str, str] | None = None) -> Cluster:
+    """The first control plane, or with env=SECOND the second. A $KUBECONFIG given stands for both."""
     given = os.environ.get("KUBECONFIG")
     if given:
         return Cluster(Path(given), started_here=False)
-    subprocess.run(["bash", str(CLUSTER_SH), "up"], check=True, env={**os.environ, **(env or {})})
-    return Cluster(ROOT / ".local-cluster" / "kubeconfig", started_here=True)
+    cluster = Cluster(Path((env or {}).get("CLUSTER_DIR", ROOT / ".local-cluster")) / "kubeconfig",
+                      started_here=True, env=dict(env or {}))
+    cluster.sh("up", check=True)
+    return cluster
 
 
-def down() -> None:
-    subprocess.run(["bash", str(CLUSTER_SH), "down"], check=True)
+def down(cluster: Cluster) -> None:
+    cluster.sh("down", check=True)
 
 
 def wait_until(predicate, timeout: float = 30, interval: float = 0.25, what: str = "condition"):

@@ -5,7 +5,6 @@ local node's real processes)."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 
 from support.cluster import wait_until
@@ -18,7 +17,7 @@ QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 def start(cluster, pods_ready_timeout: str) -> None:
     """Kueue up (its CRDs, webhooks and manager; restarted only if its settings changed), and its API served.
     `pods_ready_timeout`: waitForPodsReady, after which an admitted job whose pods do not all run is evicted."""
-    env = {**os.environ, "KUEUE_PODS_READY_TIMEOUT": pods_ready_timeout}
+    env = cluster.script_env(KUEUE_PODS_READY_TIMEOUT=pods_ready_timeout)
     done = subprocess.run(["bash", str(ROOT / "hack" / "kueue.sh"), "up"], env=env, capture_output=True, text=True,
                           timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr

@@ -4,6 +4,7 @@ pinned to a real node."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 
 from support.cluster import ROOT, Cluster, wait_until
@@ -13,11 +14,21 @@ IMAGES_SH = ROOT / "hack" / "images.sh"
 NODES = ["realnode-0", "realnode-1"]
 BASE_IMAGE = "localhost/ddpjob/debian-python:bookworm"
 TOLERATE = [{"key": "ddpjob.dev/real-node", "operator": "Exists", "effect": "NoSchedule"}]
+# The control plane the real nodes join (its hack/ settings; the first one when empty). There is one set of real
+# nodes on the machine at a time, whichever control plane they join: their bridges, cgroups and sockets are the
+# machine's.
+_JOINED: dict[str, str] = {}
+
+
+def join(cluster: Cluster) -> None:
+    """Every realnode.sh call from now on works on `cluster`'s real nodes."""
+    _JOINED.clear()
+    _JOINED.update(cluster.env)
 
 
 def realnode(*args: str, check: bool = True) -> subprocess.CompletedProcess:
     return subprocess.run(["bash", str(REALNODE_SH), *args], capture_output=True, text=True, check=check,
-                          timeout=300)
+                          timeout=300, env={**os.environ, **_JOINED})
 
 
 def left_on_machine() -> list[str]:

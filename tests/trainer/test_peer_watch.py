@@ -109,6 +109,7 @@ def test_survivors_leave_a_frozen_node_and_train_on_without_it(tmp_path):
            "--checkpoint.dir", str(tmp_path / "ck"), "--checkpoint.every-steps", "20"]
     logs = [tmp_path / f"node{i}.log" for i in range(2)]
     agents = [start(cmd, env=env(i), log=logs[i]) for i in range(2)]
+    frozen: list[int] = []
     try:
         wait_for_line(logs[0], re.compile(r"world_size=2 "), agents[0], timeout=180)
         wait_for_line(logs[0], re.compile(r"step=(?P<step>\d+)/"), agents[0], where=lambda m: int(m["step"]) >= 60)
@@ -123,6 +124,11 @@ def test_survivors_leave_a_frozen_node_and_train_on_without_it(tmp_path):
     finally:
         for agent in agents:
             stop(agent)
+        for pid in frozen:  # the worker has a session of its own: stopping its agent's group leaves it stopped
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
     text = logs[0].read_text()
     assert silent["node"] == "1" and 6 <= int(silent["s"]) < 120, silent.group(0)
     assert f"failed (exitcode: {exit_codes.PEER_LOST})" in text[silent.end():], text[silent.end():][:3000]
