@@ -8,7 +8,7 @@ from typing import Any
 
 from ddpjob_operator import api
 from ddpjob_operator.recovery import replica_groups
-from ddpjob_operator.plan import Observed
+from ddpjob_operator.state.plan import Observed
 from ddpjob_operator.timefmt import format_time
 
 NOW = datetime(2026, 1, 1, 12, 0, 0, tzinfo=timezone.utc)

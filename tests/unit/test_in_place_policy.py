@@ -12,7 +12,7 @@ import pytest
 
 from ddpjob_operator.recovery import recoveries
 from ddpjob_operator.recovery.failures import in_place_restarts, in_place_restarts_of
-from ddpjob_operator.plan import Plan
+from ddpjob_operator.state.plan import Plan
 from ddpjob_operator.planner import PlannerSettings, plan_reconcile
 from ddpjob_operator.workers.rendezvous import max_restarts, overridable_defaults
 from ddpjob_operator.state.spec import parse_spec

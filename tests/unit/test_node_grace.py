@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from ddpjob_operator.recovery.node_grace import any_in_grace, grace_left, requeue_for_grace
-from ddpjob_operator.plan import Observed, Plan
+from ddpjob_operator.state.plan import Observed, Plan
 from ddpjob_operator.timefmt import format_time
 
 NOW = datetime(2026, 11, 26, 12, 0, tzinfo=UTC)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from kubernetes import client
 
 from ddpjob_operator import api
-from ddpjob_operator.workers import owner_refs
+from ddpjob_operator.state import owner_refs
 
 
 def refs(kind="DDPJob", uid="u1", controller=True):

@@ -6,7 +6,7 @@ from datetime import timedelta
 import pytest
 from job_builders import NOW, make_job, make_pod, observe
 
-from ddpjob_operator.plan import ServiceConflict
+from ddpjob_operator.state.plan import ServiceConflict
 from ddpjob_operator.planner import PlannerSettings, plan_reconcile
 
 SETTINGS = PlannerSettings()

@@ -10,7 +10,7 @@ from datetime import timedelta
 import pytest
 
 from ddpjob_operator import metrics
-from ddpjob_operator.plan import Observation, PodRefusal
+from ddpjob_operator.state.plan import Observation, PodRefusal
 from ddpjob_operator.planner import plan_reconcile
 from ddpjob_operator.recovery.pod_rejection import RETRY_SECONDS
 

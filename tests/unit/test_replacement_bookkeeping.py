@@ -110,7 +110,7 @@ def test_a_lost_node_under_in_place_is_counted_once():
 # --- item 6: status.recoveries --------------------------------------------------------------------------------
 def test_an_open_entry_followed_by_another_still_closes():
     from ddpjob_operator.recovery import recoveries
-    from ddpjob_operator.plan import Plan
+    from ddpjob_operator.state.plan import Plan
 
     status = {"attempt": 0, "worldSize": 3, "recoveries": [
         {"id": 1, "time": ago(30), "how": "PodReplaced", "attempt": 0, "message": "m", "ranks": 3},

@@ -30,7 +30,7 @@ def resolve_gang(config: OperatorConfig, attempts: int = 10) -> OperatorConfig:
         return config
     for attempt in range(attempts):
         try:
-            served = gang.served(kube.api_client())
+            served = kube.serves(kube.api_client(), gang.GROUP, gang.VERSION, gang.PLURAL)  # discovery, once
             break
         except (HTTPError, OSError, kube.ApiException) as exc:
             if attempt == attempts - 1:

@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from prometheus_client import Counter, Gauge, Histogram, start_http_server
 
-if TYPE_CHECKING:  # plan.py imports kube.py, which counts its writes here
-    from .plan import Observation
-
+from .state.plan import Observation
 
 JOBS_CREATED = Counter("ddpjob_jobs_created_total", "DDPJobs the operator started managing")
 JOBS_SUCCEEDED = Counter("ddpjob_jobs_succeeded_total", "DDPJobs that Succeeded")

@@ -31,7 +31,6 @@ from .admission import kueue, kueue_step
 from .placement import gang, gang_discovery, placement_steps, placement_verdict, resize_policy
 from .placement.capacity import GROW, SHRINK, size_to_start
 from .placement.placement_steps import running as is_running
-from .plan import Observed, Plan
 from .recovery import (
     failure_class,
     failures,
@@ -46,14 +45,16 @@ from .recovery import (
 from .recovery.restart_policy import RESTART, RestartBudget, backoff_seconds, decide_each, decide_restart
 from .state import conditions as c
 from .state.attempt_status import drop_restart_clock, new_group, sized, start_no_sooner
+from .state.owner_refs import tracked
+from .state.plan import Observed, Plan
 from .state.spec import JobSpec, parse_spec
 from .state.status import JobStatus, LastFailure, status_of
 from .timefmt import format_time, parse_time
 from .tracking import progress_step
 from .tracking.no_progress import Liveness, decide_no_progress, final_progress, show_progress_unknown, trainer_ready
+from .tracking.progress import REJOIN_SCRAPE_SECONDS, metrics_url
 from .workers import builders, ownership, pod_names
 from .workers.builders import JobRef, build_network_policy, build_podgroup, build_service, build_worker_pod
-from .workers.owner_refs import tracked
 from .workers.pod_sort import SortedPods, replaced_uids, sort_pods
 
 NORMAL, WARNING = "Normal", "Warning"
@@ -627,7 +628,10 @@ def _readiness(
     elif running < replicas and phase == c.RUNNING and not status.get("replacing"):
         status.update(c.enter_phase(status, c.PENDING, "PodsNotRunning", f"{running}/{replicas} pods running", obs.now))
     if status.get("replacing") and phase == c.RUNNING:
-        replace_pod.end_when_back(obs, spec, status, pods.current, running, plan)
+        has_metrics = metrics_url(obs) is not None
+        if spec.fault_tolerance.torchft and has_metrics:
+            plan.requeue(REJOIN_SCRAPE_SECONDS)  # until the replacements are back in worker 0's quorum
+        replace_pod.end_when_back(obs, spec, status, pods.current, running, plan, has_metrics)
     if status.get("phase") != c.RUNNING:
         return
     replica_groups.show_degraded(status, spec, running, obs.now)

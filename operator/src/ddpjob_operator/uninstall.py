@@ -23,7 +23,7 @@ from kubernetes.client.exceptions import ApiException
 from . import api
 from .controller.kube import REQUEST_TIMEOUT, api_client, drained, status_of
 from .logfmt import setup_logging
-from .workers import owner_refs
+from .state import owner_refs
 
 log = logging.getLogger("ddpjob.uninstall")
 TERMINAL = ("Succeeded", "Failed")

@@ -26,6 +26,7 @@ from typing import Any
 
 from .. import api
 from ..state import conditions as c
+from ..state.plan import ActiveWrite, View, WorkloadWrite
 
 GROUP = "kueue.x-k8s.io"
 VERSION = "v1beta2"
@@ -90,17 +91,6 @@ def queue_name(job: Mapping[str, Any]) -> str | None:
 
 
 @dataclass(frozen=True)
-class View:
-    """What the watch cache knows that admission needs: the job's Workloads, the ResourceFlavors (name -> spec)
-    and the value of each PriorityClass."""
-
-    workloads: list[dict[str, Any]] = field(default_factory=list)
-    flavors: dict[str, dict[str, Any]] = field(default_factory=dict)
-    priorities: dict[str, int] = field(default_factory=dict)
-    default_priority_class: str | None = None  # the cluster's globalDefault PriorityClass, if any
-
-
-@dataclass(frozen=True)
 class Admission:
     """Kueue's admission of the job's pod set, as its pods must carry it."""
 
@@ -119,15 +109,6 @@ class Hold:
     reason: str
     message: str
     event_type: str = "Normal"
-
-
-@dataclass(frozen=True)
-class WorkloadWrite:
-    """A status update of the job's Workload, with the resourceVersion it was computed from."""
-
-    name: str
-    resource_version: str
-    status: dict[str, Any]
 
 
 def workload_name(job: str, uid: str, count: int, min_count: int | None, template: Mapping[str, Any]) -> str:
@@ -338,17 +319,6 @@ class Decision:
     delete: list[str] = field(default_factory=list)
     write: WorkloadWrite | None = None
     active: ActiveWrite | None = None  # set the Workload's spec.active (a suspension, a resume)
-
-
-@dataclass(frozen=True)
-class ActiveWrite:
-    """Set a Workload's spec.active, from the resourceVersion it was decided on (a precondition: a Workload that
-    changed meanwhile is decided again). Deactivating marks it DEACTIVATED_BY (the operator's own), and only a
-    Workload so marked is ever activated again."""
-
-    name: str
-    active: bool
-    resource_version: str
 
 
 # The operator deactivates a suspended job's Workload and marks it so. A Workload that Kueue deactivated

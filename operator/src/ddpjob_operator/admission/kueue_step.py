@@ -6,9 +6,9 @@ from __future__ import annotations
 import copy
 from dataclasses import dataclass
 
-from ..plan import Observed, Plan
 from ..state import conditions as c
 from ..state.attempt_status import drop_restart_clock, sized, start_no_sooner
+from ..state.plan import Observed, Plan
 from ..state.spec import JobSpec
 from ..state.status import JobStatus
 from ..workers.builders import JobRef, build_worker_pod, owner_reference

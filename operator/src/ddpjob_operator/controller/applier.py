@@ -20,10 +20,10 @@ from kubernetes.client.exceptions import ApiException
 from .. import api, metrics
 from ..admission import kueue
 from ..placement import gang
-from ..plan import Observed, Plan
+from ..state import owner_refs
+from ..state.plan import Observed, Plan
 from ..state.status import JobStatus
 from ..timefmt import format_time
-from ..workers import owner_refs
 from .expectations import Expectations
 from .kube import REQUEST_TIMEOUT, drained, reason_of, status_of
 from .watch_cache import NETWORK_POLICY, SERVICE

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..plan import Plan
-from ..workers.owner_refs import tracked
+from ..state.owner_refs import tracked
+from ..state.plan import Plan
 
 
 def plan_release_orphans(

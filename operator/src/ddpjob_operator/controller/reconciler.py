@@ -14,8 +14,8 @@ from kubernetes.client.exceptions import ApiException
 
 from .. import api, metrics
 from ..placement.room_wakeups import RoomRounds, turn_order
-from ..plan import Observed, Plan, PodRefusal, ServiceConflict
 from ..planner import PlannerSettings, plan_reconcile
+from ..state.plan import Observed, Plan, PodRefusal, ServiceConflict
 from ..state.status_writes import WriteBudget
 from ..timefmt import utcnow
 from ..tracking.progress import ProgressScraper

@@ -21,10 +21,10 @@ from ..admission import kueue
 from ..placement import gang_discovery
 from ..placement.capacity import NodeRoom, Requests, count_in, free_room, pod_requests, slim_allocatable, usable
 from ..placement.resize_policy import AUTOSCALER_PREFIX
-from ..plan import Observed
 from ..recovery import replica_groups
+from ..state import owner_refs
+from ..state.plan import Observed, View
 from ..state.spec import parse_spec
-from ..workers import owner_refs
 
 log = logging.getLogger("ddpjob.gang")
 
@@ -433,7 +433,7 @@ class WatchCache:
             lighthouses=lighthouses,
         )
 
-    def kueue_view(self, key: Key, job: dict[str, Any]) -> kueue.View | None:
+    def kueue_view(self, key: Key, job: dict[str, Any]) -> View | None:
         """The job's Workloads (those it controls) and what admission reads, if Kueue governs the job or did (its
         label removed: queue_label.py decides whether that is followed yet)."""
         if self.kueue is None:
@@ -443,7 +443,7 @@ class WatchCache:
         mine = [w for w in _values(workloads, key) if controlled_by(w, uid)]
         if kueue.queue_name(job) is None and not mine:
             return None
-        return kueue.View(
+        return View(
             workloads=mine,
             flavors={name: _first(flavors, name) or {} for name in flavors},
             priorities={name: int((_first(self.priorities, name) or {}).get("value", 0)) for name in self.priorities},

@@ -18,10 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from kubernetes import client
-
 from .. import api
-from ..controller import kube
 
 log = logging.getLogger("ddpjob.gang")
 
@@ -35,11 +32,6 @@ DEFAULT_SCHEDULER = "default-scheduler"
 GANG = "Gang"  # status.placement values
 POD_BY_POD = "PodByPod"
 OWN_SCHEDULER = "OwnScheduler"
-
-
-def served(api_client: client.ApiClient) -> bool:
-    """Whether the API server serves PodGroups (discovery; one request at start)."""
-    return kube.serves(api_client, GROUP, VERSION, PLURAL)
 
 
 def podgroup_name(job: str, attempt: int) -> str:

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..plan import Observed, Plan
 from ..state import conditions as c
 from ..state.attempt_status import new_group, sized, start_no_sooner
+from ..state.plan import Observed, Plan
 from ..state.spec import JobSpec
 from ..state.status import JobStatus
 from . import placement_timeout as placement_timeout_policy

@@ -6,8 +6,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from ..plan import Observed, Plan
 from ..state import conditions as c
+from ..state.plan import Observed, Plan
 from ..state.status import JobStatus
 from . import gang, resize_policy
 

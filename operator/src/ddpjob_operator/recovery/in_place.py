@@ -16,7 +16,7 @@ from datetime import datetime, timedelta
 from typing import Any, cast
 
 from .. import api
-from ..plan import Observed, Plan
+from ..state.plan import Observed, Plan
 from ..state.spec import IN_PLACE, JobSpec
 from ..state.status import InPlace, JobStatus, LastFailure
 from ..timefmt import format_time, parse_time

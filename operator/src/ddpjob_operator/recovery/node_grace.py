@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from ..plan import Observed, Plan
+from ..state.plan import Observed, Plan
 from ..timefmt import parse_time
 from .failures import node_ready
 

@@ -15,8 +15,8 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from ..plan import Observed, Plan, PodRefusal
 from ..state import conditions as c
+from ..state.plan import Observed, Plan, PodRefusal
 from ..state.status import JobStatus
 
 INVALID = (400, 422)

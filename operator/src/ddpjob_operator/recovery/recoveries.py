@@ -13,7 +13,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from ..plan import Plan
+from ..state.plan import Plan
 from ..state.status import JobStatus, Recovery
 from ..timefmt import format_time, parse_time
 from .failures import Failure

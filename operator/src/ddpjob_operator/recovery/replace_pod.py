@@ -25,10 +25,9 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from ..plan import Observed, Plan
+from ..state.plan import Observed, Plan
 from ..state.spec import IN_PLACE, JobSpec
 from ..state.status import JobStatus
-from ..tracking.progress import REJOIN_SCRAPE_SECONDS, metrics_url
 from . import failure_class, failures, in_place, recoveries, replica_groups
 from .failures import Failure
 
@@ -160,13 +159,17 @@ def replace(
 
 
 def end_when_back(
-    obs: Observed, spec: JobSpec, status: JobStatus, current: dict[int, dict[str, Any]], running: int, plan: Plan
+    obs: Observed,
+    spec: JobSpec,
+    status: JobStatus,
+    current: dict[int, dict[str, Any]],
+    running: int,
+    plan: Plan,
+    has_metrics: bool,
 ) -> None:
     """A Running job replacing pods: the recovery ends once every pod runs again (done) and, under TorchFT, the
-    replacements are back in worker 0's quorum (replica_groups.rejoined; worker 0 is read often meanwhile)."""
-    has_metrics = metrics_url(obs) is not None
-    if spec.fault_tolerance.torchft and has_metrics:
-        plan.requeue(REJOIN_SCRAPE_SECONDS)
+    replacements are back in worker 0's quorum (replica_groups.rejoined; `has_metrics`: a metrics endpoint is read,
+    which the planner then reads often meanwhile)."""
     if not replica_groups.rejoined(spec, status, obs.progress, has_metrics) or not done(status, current, running):
         return
     recoveries.close(status, obs.now, plan)

@@ -21,8 +21,8 @@ from datetime import datetime
 from typing import Any
 
 from .. import api
-from ..plan import Observed, Plan
 from ..state import conditions as c
+from ..state.plan import Observed, Plan
 from ..state.spec import JobSpec, trainer_container
 from ..state.status import JobStatus
 from ..timefmt import parse_time

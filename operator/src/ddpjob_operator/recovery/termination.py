@@ -21,11 +21,11 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from ..plan import Plan
 from ..state import conditions as c
+from ..state import owner_refs
+from ..state.plan import Plan
 from ..state.status import JobStatus
 from ..timefmt import parse_time
-from ..workers import owner_refs
 from .failures import node_ready
 
 OUT_OF_SERVICE_TAINT = "node.kubernetes.io/out-of-service"

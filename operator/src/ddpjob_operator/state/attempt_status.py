@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
-from ..plan import Observed, Plan
 from ..timefmt import format_time
 from . import conditions as c
+from .plan import Observed, Plan
 from .spec import JobSpec
 from .status import JobStatus
 

@@ -20,9 +20,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, cast
 
-from ..plan import Plan
 from ..recovery import failures
 from ..state import conditions as c
+from ..state.plan import Plan
 from ..state.spec import trainer_container
 from ..state.status import JobStatus, Progress
 from ..timefmt import format_time, parse_time

@@ -14,8 +14,8 @@ from typing import Any, cast
 from prometheus_client.parser import text_string_to_metric_families
 
 from .. import api
-from ..plan import Observed
 from ..recovery import failures
+from ..state.plan import Observed
 from ..state.spec import IN_PLACE, TORCHFT, trainer_container
 from ..state.status import JobStatus
 from ..timefmt import format_time, utcnow

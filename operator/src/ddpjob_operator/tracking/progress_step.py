@@ -3,9 +3,9 @@ due (status_writes.py), and say when its loss stops, or starts again, being a nu
 
 from __future__ import annotations
 
-from ..plan import Observed, Plan
 from ..state import conditions as c
 from ..state import status_writes
+from ..state.plan import Observed, Plan
 from ..state.status import JobStatus, Progress
 from ..timefmt import parse_time
 from .no_progress import progress_after_scrape

@@ -1,2 +1,2 @@
 """What the operator creates for a job: the headless Service and worker pods, torchrun's environment, pod names and
-order, and the ownership contracts of its children."""
+order, and who may own them."""

@@ -17,11 +17,11 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from ..plan import Observed, Plan, ServiceConflict
 from ..recovery import pod_rejection
 from ..state import conditions as c
+from ..state import owner_refs
+from ..state.plan import Observed, Plan, ServiceConflict
 from ..state.status import JobStatus
-from . import owner_refs
 
 SERVICE_CONFLICT = "ServiceConflict"
 NETWORK_POLICY_CONFLICT = "NetworkPolicyConflict"

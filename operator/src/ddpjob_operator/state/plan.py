@@ -8,8 +8,39 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from .admission.kueue import ActiveWrite, View, WorkloadWrite
-from .state.status import JobStatus
+from .status import JobStatus
+
+
+# What admission by Kueue reads and writes (admission/kueue.py decides; the watch cache and the applier do the I/O).
+@dataclass(frozen=True)
+class View:
+    """What the watch cache knows that admission needs: the job's Workloads, the ResourceFlavors (name -> spec)
+    and the value of each PriorityClass."""
+
+    workloads: list[dict[str, Any]] = field(default_factory=list)
+    flavors: dict[str, dict[str, Any]] = field(default_factory=dict)
+    priorities: dict[str, int] = field(default_factory=dict)
+    default_priority_class: str | None = None  # the cluster's globalDefault PriorityClass, if any
+
+
+@dataclass(frozen=True)
+class WorkloadWrite:
+    """A status update of the job's Workload, with the resourceVersion it was computed from."""
+
+    name: str
+    resource_version: str
+    status: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class ActiveWrite:
+    """Set a Workload's spec.active, from the resourceVersion it was decided on (a precondition: a Workload that
+    changed meanwhile is decided again). Deactivating marks it admission/kueue.py's DEACTIVATED_BY (the operator's
+    own), and only a Workload so marked is ever activated again."""
+
+    name: str
+    active: bool
+    resource_version: str
 
 
 @dataclass(frozen=True)
