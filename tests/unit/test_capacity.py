@@ -4,7 +4,8 @@ from decimal import Decimal
 
 import pytest
 
-from ddpjob_operator.placement.capacity import GROW, SHRINK, NodeRoom, decide_size, pod_requests, pods_that_fit, size_to_start
+from ddpjob_operator.placement.capacity import (GROW, SHRINK, NodeRoom, decide_size, pod_requests, pods_that_fit,
+                                                size_to_start, template_problem)
 
 
 def node(name, gpus=8, ready=True, unschedulable=False, taints=()):
@@ -161,3 +162,28 @@ def test_size_to_start(name, desired, minimum, fits, want):
 def test_room_reserved_for_other_jobs_pods_not_bound_yet(name, reserved, want):
     nodes = [node(f"n{i}") for i in range(4)]
     assert pods_that_fit(nodes, [], set(), EIGHT, reserved=reserved) == want, name
+
+
+def pod_template(*containers, init=()):
+    return {"spec": {"containers": [{"name": f"c{i}", "resources": r} for i, r in enumerate(containers)],
+                     "initContainers": [{"name": f"i{i}", "resources": r} for i, r in enumerate(init)]}}
+
+
+@pytest.mark.parametrize("name, template, want", [
+    # A DDPJob stored before the CRD checked quantities (the fuzzer's "lots"): named by its field.
+    ("a word", pod_template({"limits": {"nvidia.com/gpu": "lots"}}),
+     "spec.template.spec.containers[0].resources.limits[nvidia.com/gpu]: 'lots' is not a Kubernetes quantity"),
+    ("the second container's request", pod_template({"limits": {"cpu": "1"}}, {"requests": {"memory": "8GB"}}),
+     "spec.template.spec.containers[1].resources.requests[memory]: '8GB' is not"),
+    ("an init container", pod_template({}, init=[{"limits": {"cpu": "x1"}}]),
+     "spec.template.spec.initContainers[0].resources.limits[cpu]: 'x1' is not"),
+    ("null", pod_template({"limits": {"cpu": None}}), "spec.template.spec.containers[0].resources.limits[cpu]: None"),
+    ("every usual form", pod_template({"limits": {"nvidia.com/gpu": 2, "cpu": "500m", "memory": "8Gi"},
+                                       "requests": {"cpu": "0.5", "memory": "1e3"}}), None),
+    ("no resources", pod_template({}), None),
+    ("no template", None, None),
+])
+def test_template_problem_names_the_first_value_that_is_no_quantity(name, template, want):
+    got = template_problem(template)
+    assert (got is None) == (want is None), (name, got)
+    assert got is None or got.startswith(want), (name, got)

@@ -54,6 +54,24 @@ def test_an_invalid_pod_fails_the_job_with_the_servers_words(code):
     assert [o.metric for o in plan.observations] == ["jobs_failed"]
 
 
+@pytest.mark.parametrize("phase", [None, "Pending", "Running"])
+def test_a_stored_template_whose_quantity_does_not_parse_fails_the_job_and_creates_nothing(phase):
+    """The CRD refuses "lots" at apply; a DDPJob stored before that rule reached the planner, which failed every
+    pass on it (ValueError) and retried forever. Now it fails once, naming the field."""
+    job = make_job("a").replicas(2).elastic(1, 2) if phase is None else pending_job()
+    if phase == "Running":
+        job.status(phase="Running", attempt=0, restarts=0, replicas=2, desiredReplicas=2, conditions=[])
+    job.obj["spec"]["template"]["spec"]["containers"][0]["resources"] = {"limits": {"nvidia.com/gpu": "lots"}}
+    pods = None if phase != "Running" else [make_pod("a", i).build() for i in range(2)]
+    plan = plan_with(job, None, pods)
+    assert plan.create_pods == [] and plan.status["phase"] == "Failed"
+    failed = plan.status["conditions"][-1]
+    assert (failed["type"], failed["reason"]) == ("Failed", "InvalidPodTemplate")
+    assert failed["message"].startswith(
+        "spec.template.spec.containers[0].resources.limits[nvidia.com/gpu]: 'lots' is not a Kubernetes quantity")
+    assert [(e.type, e.reason) for e in plan.events] == [("Warning", "InvalidPodTemplate")]
+
+
 @pytest.mark.parametrize("code", [403, 429, 500])
 def test_other_refusals_hold_the_pods_back_then_retry(code):
     job = pending_job()

@@ -226,3 +226,17 @@ def test_the_capacity_estimate_follows_every_change_and_parses_only_the_nodes_th
     assert cache.capacity(job, set()) == 1
     del nodes["n2"], bound["n1"]
     assert cache.capacity(job, set()) == 2
+
+
+def test_a_job_whose_quantity_does_not_parse_is_left_out_of_every_capacity_estimate():
+    """A DDPJob stored before the CRD checked quantities: its own estimate is None (the planner fails it), and its
+    pods waiting to be placed reserve nothing, so every other elastic job's estimate still answers."""
+    nodes = {"n0": [gpu_node("n0")]}
+    bad = make_job("bad").replicas(2).elastic(1, 2).status(phase="Pending", attempt=0, replicas=2).build()
+    bad["metadata"]["uid"] = "bad-uid"
+    bad["spec"]["template"]["spec"]["containers"][0]["resources"] = {"limits": {"nvidia.com/gpu": "lots"}}
+    good = make_job("good").replicas(4).elastic(1, 4).gpus(4).build()
+    cache = WatchCache({KEY: [good], ("ns", "bad"): [bad]}, {}, nodes, [])
+    assert cache.capacity(bad, set()) is None
+    assert cache.reserved() == []
+    assert cache.capacity(good, set()) == 2

@@ -29,7 +29,7 @@ from typing import Any
 from . import api
 from .admission import kueue, kueue_step
 from .placement import gang, gang_discovery, placement_steps, placement_verdict, resize_policy
-from .placement.capacity import GROW, SHRINK, size_to_start
+from .placement.capacity import GROW, SHRINK, size_to_start, template_problem
 from .placement.placement_steps import running as is_running
 from .recovery import (
     failure_class,
@@ -174,6 +174,11 @@ def _plan_steps(
         and not g["metadata"].get("deletionTimestamp")
     ]
 
+    problem = template_problem(spec.template)
+    if problem is not None:  # refused at apply by the CRD now; a job stored before that rule still carries it
+        out = _fail(obs, status, plan, pod_rejection.INVALID_REASON, problem)
+        out.pop("launchedAttempt", None)
+        return out
     for step in (_deadline, _suspend_or_resume, _rescale):
         new_status = step(obs, spec, status, plan)
         if new_status is not None:

@@ -19,7 +19,16 @@ from typing import Any
 from .. import api
 from ..admission import kueue
 from ..placement import gang_discovery
-from ..placement.capacity import NodeRoom, Requests, count_in, free_room, pod_requests, slim_allocatable, usable
+from ..placement.capacity import (
+    NodeRoom,
+    Requests,
+    count_in,
+    free_room,
+    pod_requests,
+    slim_allocatable,
+    template_problem,
+    usable,
+)
 from ..placement.resize_policy import AUTOSCALER_PREFIX
 from ..recovery import replica_groups
 from ..state import owner_refs
@@ -291,9 +300,10 @@ class WatchCache:
 
     def capacity(self, job: Mapping[str, Any], own: set[str]) -> int | None:
         """Pods of this elastic job's shape the nodes hold now, counting its own pods' room; None for a rigid job."""
-        if not (job.get("spec") or {}).get("elastic"):
-            return None
-        request, tolerations, selector = worker_request(job.get("spec") or {})
+        spec = job.get("spec") or {}
+        if not spec.get("elastic") or template_problem(spec.get("template")) is not None:
+            return None  # rigid, or a template the planner fails (its resources do not parse)
+        request, tolerations, selector = worker_request(spec)
         nodes, free_all = self._rooms()
         names = usable(nodes, tolerations, selector)
         free = {name: dict(room) for name, room in free_all.items() if name in names}
@@ -324,7 +334,7 @@ class WatchCache:
                 and not p["metadata"].get("deletionTimestamp")
             )
             missing = int(status.get("replicas", 0)) - placed
-            if missing > 0:
+            if missing > 0 and template_problem((job.get("spec") or {}).get("template")) is None:
                 out.append((worker_request(job.get("spec") or {})[0], missing))
         return out
 

@@ -41,6 +41,26 @@ def pod_requests(pod_spec: Mapping[str, Any]) -> Requests:
     return total
 
 
+def template_problem(template: Mapping[str, Any] | None) -> str | None:
+    """The first resource value of a job's pod template that is no Kubernetes quantity, named by its field; None when
+    every one parses. The CRD refuses such a value at `kubectl apply`, but a DDPJob stored before its rule can still
+    carry one: the planner fails that job, and the capacity estimate leaves it out instead of failing on it."""
+    pod_spec = (template or {}).get("spec") or {}
+    for kind in ("initContainers", "containers"):
+        for i, container in enumerate(pod_spec.get(kind) or []):
+            resources = container.get("resources") or {}
+            for part in ("limits", "requests"):
+                for name, value in (resources.get(part) or {}).items():
+                    try:
+                        parse_quantity(value)
+                    except (TypeError, ValueError):
+                        return (
+                            f"spec.template.spec.{kind}[{i}].resources.{part}[{name}]: {value!r} is not a Kubernetes "
+                            "quantity (such as 2, 500m or 8Gi): fix the template and apply the job again"
+                        )
+    return None
+
+
 def slim_allocatable(allocatable: Mapping[str, Any] | None) -> Requests:
     return {name: parse_quantity(value) for name, value in (allocatable or {}).items()}
 
