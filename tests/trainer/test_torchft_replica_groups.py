@@ -17,7 +17,9 @@ from torchft_launch import group_env, scrape, scraped_step, start_group, start_l
 
 from ddp_trainer.progress_log import HEALED
 
-STEPS = 5000
+# The survivor must still be training when the replacement group has started (a Python start of 3.5 s here idle,
+# 12.7 s in a loaded make test, when 5,000 steps ran out first): 15,000 steps leave it about 55 s alone, idle.
+STEPS = 15000
 KILL_AT = 60  # group 1's worker dies once group 0 has logged this step
 ALONE_STEPS = 30  # group 0 must pass the step it had at the kill by this many while group 1 is dead
 HEARTBEAT_TIMEOUT_MS = 1000
