@@ -5,22 +5,12 @@ from __future__ import annotations
 
 import json
 
-import pytest
-
 from support import localnode
 from support.cluster import wait_until
 
 
-@pytest.fixture(scope="module")
-def agent(cluster):
-    started = localnode.start(cluster)
-    yield localnode.node_name()
-    if started:
-        localnode.stop()
-
-
-def test_node_is_registered_ready_with_this_machines_capacity(cluster, agent):
-    node = json.loads(cluster.kubectl("get", "node", agent, "-o", "json").stdout)
+def test_node_is_registered_ready_with_this_machines_capacity(cluster, local_node):
+    node = json.loads(cluster.kubectl("get", "node", local_node, "-o", "json").stdout)
     assert node["metadata"]["labels"][localnode.LABEL] == "true"
     assert {"key": localnode.LABEL, "value": "true", "effect": "NoSchedule"} in node["spec"]["taints"]
     capacity = node["status"]["capacity"]
@@ -28,11 +18,11 @@ def test_node_is_registered_ready_with_this_machines_capacity(cluster, agent):
     assert int(capacity["cpu"]) >= 1
     assert {"type": "InternalIP", "address": "127.0.0.1"} in node["status"]["addresses"]
     assert node["status"]["daemonEndpoints"]["kubeletEndpoint"]["Port"] > 0
-    lease = json.loads(cluster.kubectl("-n", "kube-node-lease", "get", "lease", agent, "-o", "json").stdout)
-    assert lease["spec"]["holderIdentity"] == agent
+    lease = json.loads(cluster.kubectl("-n", "kube-node-lease", "get", "lease", local_node, "-o", "json").stdout)
+    assert lease["spec"]["holderIdentity"] == local_node
 
 
-def test_failed_pod_reports_exit_code_termination_message_event_and_logs(cluster, agent, namespace):
+def test_failed_pod_reports_exit_code_termination_message_event_and_logs(cluster, local_node, namespace):
     pod = localnode.local_pod("fails", ["sh", "-c", "echo hello from $(POD); echo root cause > /dev/termination-log;"
                                         " exit 3"],
                               container={"env": [{"name": "POD", "valueFrom": {"fieldRef": {
@@ -49,7 +39,7 @@ def test_failed_pod_reports_exit_code_termination_message_event_and_logs(cluster
     assert logs.stdout == "hello from fails\n"
 
 
-def test_fallback_to_logs_on_error_reports_the_log_tail(cluster, agent, namespace):
+def test_fallback_to_logs_on_error_reports_the_log_tail(cluster, local_node, namespace):
     pod = localnode.local_pod("tail", ["sh", "-c", "echo line one; echo the real error >&2; exit 2"],
                               container={"terminationMessagePolicy": "FallbackToLogsOnError"})
     localnode.apply(cluster, namespace, pod)
@@ -57,7 +47,7 @@ def test_fallback_to_logs_on_error_reports_the_log_tail(cluster, agent, namespac
     assert "the real error" in state["message"] and "line one" in state["message"]
 
 
-def test_pod_gets_its_ip_dns_name_env_and_volumes(cluster, agent, namespace):
+def test_pod_gets_its_ip_dns_name_env_and_volumes(cluster, local_node, namespace):
     script = ("import os, socket, pathlib;"
               "ip = socket.gethostbyname(os.environ['ME']);"
               "assert ip == os.environ['POD_IP'], (ip, os.environ['POD_IP']);"
@@ -80,7 +70,7 @@ def test_pod_gets_its_ip_dns_name_env_and_volumes(cluster, agent, namespace):
     assert note.read_text() == done["status"]["podIP"]
 
 
-def test_pod_without_command_fails_with_a_message_that_says_why(cluster, agent, namespace):
+def test_pod_without_command_fails_with_a_message_that_says_why(cluster, local_node, namespace):
     pod = localnode.local_pod("nocmd", [])
     del pod["spec"]["containers"][0]["command"]
     localnode.apply(cluster, namespace, pod)
@@ -89,7 +79,7 @@ def test_pod_without_command_fails_with_a_message_that_says_why(cluster, agent, 
     assert "local mode runs processes, not images" in state["message"]
 
 
-def test_delete_sends_sigterm_then_removes_the_pod(cluster, agent, namespace):
+def test_delete_sends_sigterm_then_removes_the_pod(cluster, local_node, namespace):
     marker = localnode.CLUSTER_DIR / "local-node" / "hostpath" / "tmp" / namespace / "term"
     pod = localnode.local_pod("graceful", ["sh", "-c", "trap 'echo got TERM > /m/term; exit 0' TERM; "
                                            "echo up; while true; do sleep 0.1; done"],
@@ -103,7 +93,7 @@ def test_delete_sends_sigterm_then_removes_the_pod(cluster, agent, namespace):
     assert marker.read_text().strip() == "got TERM"
 
 
-def test_delete_kills_a_process_that_ignores_sigterm_after_the_grace_period(cluster, agent, namespace):
+def test_delete_kills_a_process_that_ignores_sigterm_after_the_grace_period(cluster, local_node, namespace):
     pod = localnode.local_pod("stubborn", ["sh", "-c", "trap '' TERM; echo up; while true; do sleep 0.1; done"],
                               terminationGracePeriodSeconds=2)
     localnode.apply(cluster, namespace, pod)
@@ -115,7 +105,7 @@ def test_delete_kills_a_process_that_ignores_sigterm_after_the_grace_period(clus
                what="pod deleted after SIGKILL")
 
 
-def test_logs_follow_streams_until_the_container_exits(cluster, agent, namespace):
+def test_logs_follow_streams_until_the_container_exits(cluster, local_node, namespace):
     pod = localnode.local_pod("follow", ["sh", "-c", "for i in 1 2 3; do echo tick $i; sleep 0.5; done"])
     localnode.apply(cluster, namespace, pod)
     localnode.wait_phase(cluster, namespace, "follow", ("Running", "Succeeded"))
@@ -125,7 +115,7 @@ def test_logs_follow_streams_until_the_container_exits(cluster, agent, namespace
     assert tail == "tick 3\n"
 
 
-def test_container_over_its_memory_limit_is_oom_killed(cluster, agent, namespace):
+def test_container_over_its_memory_limit_is_oom_killed(cluster, local_node, namespace):
     pod = localnode.local_pod("hog", ["python", "-c", "import time; x = bytearray(300 * 2**20); time.sleep(60)"],
                               container={"resources": {"limits": {"memory": "100Mi"}}})
     localnode.apply(cluster, namespace, pod)
@@ -133,7 +123,7 @@ def test_container_over_its_memory_limit_is_oom_killed(cluster, agent, namespace
     assert (state["reason"], state["exitCode"]) == ("OOMKilled", 137)
 
 
-def test_pods_of_a_crashed_agent_die_and_are_marked_failed_when_it_returns(cluster, agent, namespace):
+def test_pods_of_a_crashed_agent_die_and_are_marked_failed_when_it_returns(cluster, local_node, namespace):
     pod = localnode.local_pod("orphan", ["sh", "-c", "echo up; sleep 300"])
     localnode.apply(cluster, namespace, pod)
     running = localnode.wait_phase(cluster, namespace, "orphan", ("Running",))
