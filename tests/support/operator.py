@@ -41,12 +41,12 @@ class OperatorProcess:
         self.starts = 0
 
     def start(self, wait: bool = True) -> OperatorProcess:
-        args = [sys.executable, "-m", "ddpjob_operator", "--metrics-port", str(self.metrics_port),
-                "--liveness-port", str(self.liveness_port)] + (["--verbose"] if self.verbose else [])
-        for ns in self.namespaces:
-            args += ["--namespace", ns]
         env = {**os.environ, **self.env, "KUBECONFIG": str(self.kubeconfig), "PYTHONUNBUFFERED": "1"}
         for tries_left in (2, 1, 0):
+            args = [sys.executable, "-m", "ddpjob_operator", "--metrics-port", str(self.metrics_port),
+                    "--liveness-port", str(self.liveness_port)] + (["--verbose"] if self.verbose else [])
+            for ns in self.namespaces:
+                args += ["--namespace", ns]
             self.starts += 1
             log = open(self.log_path, "a")
             log.write(f"\n===== operator start #{self.starts} =====\n")
@@ -65,10 +65,6 @@ class OperatorProcess:
                     raise
             # free_port() saw the ports free, and another process of the suite took one since: new ones
             self.metrics_port, self.liveness_port = free_port(), free_port()
-            args = [sys.executable, "-m", "ddpjob_operator", "--metrics-port", str(self.metrics_port),
-                    "--liveness-port", str(self.liveness_port)] + (["--verbose"] if self.verbose else [])
-            for ns in self.namespaces:
-                args += ["--namespace", ns]
         return self
 
     def wait_live(self, timeout: float = 60) -> None:

@@ -26,7 +26,6 @@ from ..placement.capacity import (
     free_room,
     pod_requests,
     slim_allocatable,
-    template_problem,
     usable,
 )
 from ..placement.resize_policy import AUTOSCALER_PREFIX
@@ -170,11 +169,15 @@ def node_room(node: Mapping[str, Any]) -> NodeRoom:
     )
 
 
-def worker_request(job_spec: Mapping[str, Any]) -> tuple[Requests, list[dict[str, Any]], dict[str, str]]:
-    """What one worker pod of this job asks the scheduler for, the taints it tolerates and its nodeSelector."""
+def worker_request(job_spec: Mapping[str, Any]) -> tuple[Requests, list[dict[str, Any]], dict[str, str]] | None:
+    """What one worker pod of this job asks the scheduler for, the taints it tolerates and its nodeSelector. None
+    when a resource value of its template is no quantity (capacity.template_problem: the planner fails the job)."""
     spec = parse_spec(dict(job_spec))
     pod_spec = (spec.template.get("spec") or {}) if spec.template else {}
-    request = pod_requests(pod_spec)
+    try:
+        request = pod_requests(pod_spec)
+    except (TypeError, ValueError):
+        return None
     if spec.gpus_per_replica is not None:
         request[api.GPU_RESOURCE] = slim_allocatable({"g": str(spec.gpus_per_replica)})["g"]
     tolerations = list(pod_spec.get("tolerations") or [])
@@ -301,9 +304,10 @@ class WatchCache:
     def capacity(self, job: Mapping[str, Any], own: set[str]) -> int | None:
         """Pods of this elastic job's shape the nodes hold now, counting its own pods' room; None for a rigid job."""
         spec = job.get("spec") or {}
-        if not spec.get("elastic") or template_problem(spec.get("template")) is not None:
+        wanted = worker_request(spec) if spec.get("elastic") else None
+        if wanted is None:
             return None  # rigid, or a template the planner fails (its resources do not parse)
-        request, tolerations, selector = worker_request(spec)
+        request, tolerations, selector = wanted
         nodes, free_all = self._rooms()
         names = usable(nodes, tolerations, selector)
         free = {name: dict(room) for name, room in free_all.items() if name in names}
@@ -334,8 +338,9 @@ class WatchCache:
                 and not p["metadata"].get("deletionTimestamp")
             )
             missing = int(status.get("replicas", 0)) - placed
-            if missing > 0 and template_problem((job.get("spec") or {}).get("template")) is None:
-                out.append((worker_request(job.get("spec") or {})[0], missing))
+            wanted = worker_request(job.get("spec") or {}) if missing > 0 else None
+            if wanted is not None:
+                out.append((wanted[0], missing))
         return out
 
     def job(self, key: Key) -> dict[str, Any] | None:
