@@ -100,6 +100,8 @@ def test_a_digits_job_of_the_trainer_image_trains_across_the_two_real_nodes(
     assert status["phase"] == "Succeeded", status
     log = cluster.kubectl("-n", namespace, "logs", "digits-worker-0").stdout
     assert "world_size=2 backend=gloo" in log, log[-2000:]
+    # limits.cpu 1 on a 2-core node: one intra-op thread, read from the container's cgroup quota, not torch's 2.
+    assert " threads=1 " in log, log[-2000:]
     env = {e["name"]: e.get("value") for e in pods[0]["spec"]["containers"][0]["env"]}
     assert env["MASTER_ADDR"].startswith("digits-worker-0."), "the rendezvous host is a DNS name (CoreDNS)"
 
@@ -137,6 +139,17 @@ def wait_step(cluster, namespace: str, name: str, step: int) -> None:
         steps = parse_trainer_log(log).steps
         return steps and steps[-1] >= step
     wait_until(reached, timeout=JOB_TIMEOUT, interval=1, what=f"{name} at step {step}")
+
+
+def wait_groups_training(cluster, namespace: str, name: str, step: int) -> None:
+    """TorchFT: every replica group in the quorum and worker 0 at `step`. A group trains alone while its peers'
+    pods still start, so worker 0's step alone does not say that the other group is there to lose."""
+    def training():
+        status = status_of(cluster, namespace, name)
+        progress = status.get("progress", {})
+        return (status.get("phase") == "Running" and progress.get("replicaGroups") == 2
+                and progress.get("step", 0) >= step)
+    wait_until(training, timeout=JOB_TIMEOUT, interval=1, what=f"{name}: both replica groups training at step {step}")
 
 
 def start_in_place(cluster, namespace: str, image: str, name: str) -> dict[str, str]:
@@ -244,7 +257,9 @@ def test_a_stopped_kubelet_recreate_and_in_place_each_recover_as_documented(
     beside it meanwhile: only the kubelet was stopped, not the network. The kubelet returns, both jobs end
     Succeeded, and the kubelet stops what the deleted pods left running on its node."""
     def job(name: str, strategy: str) -> dict:
-        manifest = digits_job(trainer_image, name, steps=1500)
+        # The lost pods train on (only the kubelet stopped) until the node is NotReady, 30 s or more: both jobs must
+        # outlast that. One intra-op thread per 1-CPU pod ran 1,500 steps in about that.
+        manifest = digits_job(trainer_image, name, steps=6000)
         manifest["spec"]["runPolicy"] = {"restartStrategy": strategy, "backoffLimit": 3, "restartBackoffSeconds": 0}
         manifest["spec"]["elastic"] = {"minReplicas": 1, "maxReplicas": 2}
         return manifest
@@ -303,7 +318,7 @@ def test_torchft_replica_groups_train_across_the_real_nodes_and_a_killed_group_i
     manifest["spec"]["faultTolerance"] = {"mode": "TorchFT", "lighthouse": {"heartbeatTimeoutMilliseconds": 1000,
                                                                             "tolerations": TOLERATE}}
     cluster.kubectl("-n", namespace, "apply", "-f", "-", input=json.dumps(manifest))
-    wait_step(cluster, namespace, "ft", 60)
+    wait_groups_training(cluster, namespace, "ft", 60)
     before = uids(cluster, namespace, "ft")
     killed = cluster.kubectl("-n", namespace, "exec", "ft-worker-1", "--", "python", "-c", KILL_WORKERS)
     assert killed.stdout.strip(), "no trainer worker process found in ft-worker-1"
@@ -323,13 +338,15 @@ def test_torchft_a_stopped_kubelet_costs_the_job_only_the_group_on_that_node(
     the survivor trains on: the job never leaves Running and its step advances with the node still down. The
     kubelet returns and the job ends Succeeded, the loss counted as the platform's, not the job's."""
     kept, lost = real_nodes
-    manifest = digits_job(trainer_image, "ftnode", steps=1500)
+    # The lost node's group trains on (only its kubelet stopped) until the node is NotReady, 30 s or more: the job
+    # must outlast that and the replacement. One intra-op thread per 1-CPU pod ran 1,500 steps in under 30 s.
+    manifest = digits_job(trainer_image, "ftnode", steps=6000)
     manifest["spec"]["runPolicy"] = {"backoffLimit": 3, "restartBackoffSeconds": 0}
     manifest["spec"]["faultTolerance"] = {"mode": "TorchFT", "lighthouse": {
         "heartbeatTimeoutMilliseconds": 1000, "nodeSelector": {"kubernetes.io/hostname": kept},
         "tolerations": TOLERATE}}
     cluster.kubectl("-n", namespace, "apply", "-f", "-", input=json.dumps(manifest))
-    wait_step(cluster, namespace, "ftnode", 40)
+    wait_groups_training(cluster, namespace, "ftnode", 40)
     before = uids(cluster, namespace, "ftnode")
     assert node_of(cluster, namespace, "ftnode-lighthouse") == kept
     victim = next(pod for pod in before if pod.startswith("ftnode-worker") and node_of(cluster, namespace, pod) == lost)

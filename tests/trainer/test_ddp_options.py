@@ -1,5 +1,7 @@
 """DDP options that depend on the device, decided before any process group exists."""
 
+import os
+
 import pytest
 import torch
 
@@ -50,6 +52,49 @@ def test_fp16_autocast_and_the_fused_and_worker_defaults():
     assert loader_workers(-1, GPU, cpus=96, local_world_size=8) == 4
     assert loader_workers(-1, CPU, cpus=96, local_world_size=1) == 0
     assert loader_workers(2, CPU, cpus=1, local_world_size=1) == 2  # asked for: kept
+
+
+def _cgroup(tmp_path, files: dict[str, str]):
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    return tmp_path
+
+
+@pytest.mark.parametrize("files, want", [
+    ({"cpu.max": "100000 100000\n"}, 1.0),                                   # v2, limits.cpu: 1
+    ({"cpu.max": "150000 100000\n"}, 1.5),                                   # v2, 1500m
+    ({"cpu.max": "max 100000\n"}, None),                                     # v2, no limit
+    ({"cpu/cpu.cfs_quota_us": "50000\n", "cpu/cpu.cfs_period_us": "100000\n"}, 0.5),  # v1, 500m
+    ({"cpu/cpu.cfs_quota_us": "-1\n", "cpu/cpu.cfs_period_us": "100000\n"}, None),    # v1, no limit
+    ({}, None),                                                               # no cgroup to read
+])
+def test_the_containers_cpu_limit_is_read_from_its_cgroup(tmp_path, files, want):
+    from ddp_trainer.device_options import cgroup_cpu_limit
+    assert cgroup_cpu_limit(_cgroup(tmp_path, files)) == want
+
+
+def test_the_cpus_a_rank_counts_are_its_cpuset_within_its_limit_rounded_up(tmp_path):
+    from ddp_trainer.device_options import cpu_count
+    cpuset = len(os.sched_getaffinity(0))
+    assert cpu_count(_cgroup(tmp_path / "none", {})) == cpuset
+    assert cpu_count(_cgroup(tmp_path / "half", {"cpu.max": "50000 100000"})) == 1
+    assert cpu_count(_cgroup(tmp_path / "big", {"cpu.max": f"{(cpuset + 8) * 100000} 100000"})) == cpuset
+    if cpuset >= 2:
+        assert cpu_count(_cgroup(tmp_path / "1.5", {"cpu.max": "150000 100000"})) == 2
+
+
+@pytest.mark.parametrize("omp, cpus, local_ranks, want", [
+    (None, 2, 1, 2),     # one rank has the pod's CPUs
+    (None, 16, 4, 4),    # shared by the pod's ranks
+    (None, 1, 1, 1),     # limits.cpu: 1 on a many-core node: 1 thread, not one per host core
+    (None, 2, 8, 1),     # never 0
+    ("3", 16, 1, None),  # OMP_NUM_THREADS set (the user's, or torchrun's 1): torch follows it
+    ("", 4, 2, 2),       # set but empty: as unset
+])
+def test_intra_op_threads(omp, cpus, local_ranks, want):
+    from ddp_trainer.device_options import intra_op_threads
+    assert intra_op_threads(omp, cpus, local_ranks) == want
 
 
 @pytest.mark.parametrize("name, override, want", [

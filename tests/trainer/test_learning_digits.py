@@ -1,6 +1,10 @@
 """Real learning: torchrun with 2 processes trains scikit-learn's digits to >= 90% test accuracy."""
 
-from launch import DONE, PROGRESS, run, standalone_cmd
+import os
+
+from launch import DONE, PROGRESS, run, standalone_cmd, trainer_env
+
+from ddp_trainer.progress_log import STARTED
 
 
 def test_two_processes_learn_digits(tmp_path):
@@ -27,3 +31,19 @@ def test_the_gpu_options_that_run_on_cpu_still_learn(tmp_path):
     assert result.returncode == 0, result.stdout + result.stderr
     losses = [float(m["loss"]) for m in PROGRESS.finditer(result.stdout)]
     assert len(losses) == 3 and losses[-1] < losses[0], result.stdout
+
+
+def test_a_rank_runs_as_many_threads_as_its_cpus_not_the_hosts_cores():
+    """torch's default is every host core; a rank gets its cpuset's CPUs (here one, by taskset) over its local
+    ranks, unless OMP_NUM_THREADS says otherwise (device_options.intra_op_threads)."""
+    cmd = ["taskset", "-c", "0", *standalone_cmd(1, "--workload", "digits", "--train.steps", "10",
+                                                  "--metrics.port", "0", "--log.every-steps", "10")]
+    unset = {k: v for k, v in trainer_env().items() if k != "OMP_NUM_THREADS"}
+    result = run(cmd, env=unset)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert STARTED.search(result.stdout)["threads"] == "1", result.stdout
+    if len(os.sched_getaffinity(0)) < 2:
+        return  # the rest tells OMP_NUM_THREADS=1 from a choice of 2 or more
+    result = run(cmd[3:], env={**unset, "OMP_NUM_THREADS": "1"})
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert STARTED.search(result.stdout)["threads"] == "1", result.stdout

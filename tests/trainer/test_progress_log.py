@@ -59,8 +59,9 @@ def test_sized_line():
 
 def test_started_and_ready_lines():
     who = Identity("j", "0", 1)
-    started = STARTED.fullmatch(started_line(who, 4, "gloo", "cpu", 0.5))
-    assert started and (started["world"], started["backend"], started["rendezvous"]) == ("4", "gloo", "0.50")
+    started = STARTED.fullmatch(started_line(who, 4, "gloo", "cpu", 2, 0.5))
+    assert started and (started["world"], started["backend"], started["threads"], started["rendezvous"]) == (
+        "4", "gloo", "2", "0.50")
     ready = READY.fullmatch(startup_line(who, 6.0, 0.5, 0.25))
     assert ready and (ready["process"], ready["rendezvous"], ready["load"]) == ("6.00", "0.50", "0.25")
 

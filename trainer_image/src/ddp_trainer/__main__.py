@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 
+import torch
 import torch.distributed as dist
 from torch.distributed.elastic.multiprocessing.errors import record
 
 from . import exit_codes, peer_watch
 from .checkpoint import CheckpointDiskFull, CheckpointUnreadable
 from .config import ConfigError, parse_config
+from .device_options import cpu_count, intra_op_threads
 from .distributed_env import DistEnv, choose_backend, choose_device, init_process_group
 from .fault_tolerance import ReplicaGroupEnv, check_even_split
 from .gpu_check import NoUsableGpu, check_gpu
@@ -39,9 +42,16 @@ def main(argv: list[str] | None = None) -> int:
             return config_error(e)
         who = dataclasses.replace(who, replica_group=replica_env.replica_group)
     device = choose_device(env)
+    threads = intra_op_threads(os.environ.get("OMP_NUM_THREADS"), cpu_count(), env.local_world_size)
+    if threads is not None:
+        torch.set_num_threads(threads)
     rendezvous_seconds = init_process_group(env, device)
     if env.local_rank == 0 or cfg.log.all_ranks:
-        emit(started_line(who, env.world_size, choose_backend(), str(device), rendezvous_seconds))
+        emit(
+            started_line(
+                who, env.world_size, choose_backend(), str(device), torch.get_num_threads(), rendezvous_seconds
+            )
+        )
     watch = peer_watch.start(env, cfg.peer_timeout_seconds, who.prefix)  # InPlace: a silent node is left
     from .trainer import Trainer  # after the group exists: a bad rendezvous fails before the model is built
 

@@ -34,7 +34,7 @@ SIZED = re.compile(
 )
 STARTED = re.compile(
     _WHO + r" started pid=(?P<pid>\d+) world_size=(?P<world>\d+) backend=(?P<backend>\w+) device=(?P<device>\S+) "
-    r"rendezvous_s=(?P<rendezvous>\d+\.\d\d)$",
+    r"threads=(?P<threads>\d+) rendezvous_s=(?P<rendezvous>\d+\.\d\d)$",
     re.M,
 )
 HEALED = re.compile(
@@ -130,10 +130,13 @@ def quorum_line(who: Identity, participants: int, groups: int, step: int) -> str
     return f"{who.prefix} quorum replica_groups={participants}/{groups} step={step}"
 
 
-def started_line(who: Identity, world_size: int, backend: str, device: str, rendezvous_seconds: float) -> str:
+def started_line(
+    who: Identity, world_size: int, backend: str, device: str, threads: int, rendezvous_seconds: float
+) -> str:
+    """`threads`: torch's intra-op threads in this rank (device_options.intra_op_threads)."""
     return (
         f"{who.prefix} started pid={os.getpid()} world_size={world_size} backend={backend} device={device} "
-        f"rendezvous_s={rendezvous_seconds:.2f}"
+        f"threads={threads} rendezvous_s={rendezvous_seconds:.2f}"
     )
 
 
