@@ -124,3 +124,24 @@ def pytest_testnodedown(node, error):
 
 def pytest_terminal_summary(terminalreporter):
     chaos_summary.write(terminalreporter, CHAOS_ROWS)
+    terminalreporter.write_sep("=", "machine")
+    terminalreporter.write_line(machine_line())
+
+
+def machine_line() -> str:
+    """The facts that decide how long the suite takes, for reading a run's durations elsewhere (CI): the CPUs,
+    whether they are hyperthreads, torch's default intra-op threads (its count of physical cores) and the load."""
+    import torch
+
+    def read(path: str) -> str:
+        try:
+            with open(path) as f:
+                return f.read().strip()
+        except OSError:
+            return "?"
+    model = next((line.split(":", 1)[1].strip() for line in read("/proc/cpuinfo").splitlines()
+                  if line.startswith("model name")), "?")
+    siblings = read("/sys/devices/system/cpu/cpu0/topology/thread_siblings_list")
+    load = " ".join(f"{x:.1f}" for x in os.getloadavg())
+    return (f"{os.cpu_count()} CPUs ({len(os.sched_getaffinity(0))} usable; cpu0's siblings: {siblings}), {model}; "
+            f"torch's default intra-op threads {torch.get_num_threads()}; load average {load}")

@@ -81,8 +81,24 @@ def status_of(cluster, namespace: str, name: str) -> dict:
 
 
 def finished(cluster, namespace: str, name: str) -> dict:
-    return wait_until(lambda: (s := status_of(cluster, namespace, name)).get("phase") in ("Succeeded", "Failed") and s,
-                      timeout=JOB_TIMEOUT, interval=1, what=f"{name} to finish")
+    try:
+        return wait_until(lambda: (s := status_of(cluster, namespace, name)).get("phase") in ("Succeeded", "Failed")
+                          and s, timeout=JOB_TIMEOUT, interval=1, what=f"{name} to finish")
+    except AssertionError as timed_out:
+        raise AssertionError(f"{timed_out}\n{explain(cluster, namespace, name)}") from None
+
+
+def explain(cluster, namespace: str, name: str) -> str:
+    """What a job that did not end was doing: its status, pods, events and each pod's last log lines."""
+    def run(*args: str) -> str:
+        out = cluster.kubectl("-n", namespace, *args, check=False)
+        return out.stdout + out.stderr
+    parts = [json.dumps(status_of(cluster, namespace, name), indent=1),
+             run("get", "pods", "-o", "wide", "-l", f"ddpjob.dev/job-name={name}"),
+             run("get", "events", "--sort-by=.lastTimestamp")]
+    for pod in uids(cluster, namespace, name):
+        parts.append(f"--- {pod}\n" + "\n".join(run("logs", pod, "--tail=25").splitlines()[-25:]))
+    return "\n".join(parts)
 
 
 def test_a_digits_job_of_the_trainer_image_trains_across_the_two_real_nodes(

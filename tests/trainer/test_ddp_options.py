@@ -84,17 +84,19 @@ def test_the_cpus_a_rank_counts_are_its_cpuset_within_its_limit_rounded_up(tmp_p
         assert cpu_count(_cgroup(tmp_path / "1.5", {"cpu.max": "150000 100000"})) == 2
 
 
-@pytest.mark.parametrize("omp, cpus, local_ranks, want", [
-    (None, 2, 1, 2),     # one rank has the pod's CPUs
-    (None, 16, 4, 4),    # shared by the pod's ranks
-    (None, 1, 1, 1),     # limits.cpu: 1 on a many-core node: 1 thread, not one per host core
-    (None, 2, 8, 1),     # never 0
-    ("3", 16, 1, None),  # OMP_NUM_THREADS set (the user's, or torchrun's 1): torch follows it
-    ("", 4, 2, 2),       # set but empty: as unset
+@pytest.mark.parametrize("omp, cpus, local_ranks, default, want", [
+    (None, 2, 1, 2, 2),      # one rank has the pod's CPUs
+    (None, 16, 4, 16, 4),    # shared by the pod's ranks
+    (None, 1, 1, 8, 1),      # limits.cpu: 1 on a many-core node: 1 thread, not one per host core
+    (None, 2, 8, 2, 1),      # never 0
+    (None, 2, 1, 1, 1),      # 2 hyperthreads of 1 core: torch's default (physical cores) is the most
+    (None, 4, 1, 0, 1),      # a default that says nothing: still 1
+    ("3", 16, 1, 16, None),  # OMP_NUM_THREADS set (the user's, or torchrun's 1): torch follows it
+    ("", 4, 2, 4, 2),        # set but empty: as unset
 ])
-def test_intra_op_threads(omp, cpus, local_ranks, want):
+def test_intra_op_threads(omp, cpus, local_ranks, default, want):
     from ddp_trainer.device_options import intra_op_threads
-    assert intra_op_threads(omp, cpus, local_ranks) == want
+    assert intra_op_threads(omp, cpus, local_ranks, default) == want
 
 
 @pytest.mark.parametrize("name, override, want", [

@@ -133,9 +133,12 @@ class PodBuilder:
         self.obj["spec"]["nodeName"] = node
         return self
 
-    def succeeded(self) -> PodBuilder:
+    def succeeded(self, finished: float | None = None) -> PodBuilder:
+        terminated = {"exitCode": 0, "reason": "Completed"}
+        if finished is not None:
+            terminated["finishedAt"] = ago(finished)
         self.obj["status"] = {"phase": "Succeeded", "containerStatuses": [
-            {"name": "trainer", "state": {"terminated": {"exitCode": 0, "reason": "Completed"}}}]}
+            {"name": "trainer", "state": {"terminated": terminated}}]}
         return self
 
     def failed(self, exit_code: int = 1, signal: int | None = None, reason: str = "Error", message: str = "",

@@ -224,9 +224,37 @@ def test_survivors_that_finish_while_a_replacement_waits_for_room_end_the_job():
     job.status(**plan.status)
     plan = plan_with(job, [make_pod("a", 0).succeeded().build(), make_pod("a", 1).succeeded().build(), waiting])
     assert "a-worker-2" in plan.delete_pods, "the replacement that never joined goes with the job"
-    # Without a replacement under way, a pod that has not finished holds the success back.
-    plan = plan_with(in_place(make_job("a").replicas(3)).running(),
-                     [make_pod("a", 0).succeeded().build(), make_pod("a", 1).succeeded().build(), make_pod("a", 2).build()])
+
+
+def test_worker_0_done_ends_the_job_once_its_peers_end_or_its_grace_is_over():
+    """torchrun's exit barrier: worker 0's agent ends 0 only once every rank of its last round finished. A pod
+    still running after that is leaving the same barrier, or a replacement that joined after that round formed
+    and waits on worker 0's store, which is gone, until torchrun's join timeout (the CI run of 72d9873: InPlace
+    did not end in 420 s after a node came back)."""
+    job = in_place(make_job("a").replicas(3)).running()
+
+    def pods(worker_0_ended: float, last):
+        return [make_pod("a", 0).succeeded(finished=worker_0_ended).build(),
+                make_pod("a", 1).succeeded(finished=worker_0_ended).build(), last]
+    # 5 s after worker 0: the last pod may be leaving its barrier; the job waits the rest of the grace for it.
+    plan = plan_with(job, pods(5, make_pod("a", 2).build()))
+    assert plan.status is None or plan.status["phase"] != "Succeeded"
+    assert plan.requeue_after == pytest.approx(25, abs=1)
+    assert plan.delete_pods == [] and plan.create_pods == []
+    # Past the grace: Succeeded, the late pod named, and cleanPodPolicy (Running) stops it on the next pass.
+    plan = plan_with(job, pods(31, make_pod("a", 2).build()))
+    assert plan.status["phase"] == "Succeeded"
+    assert "worker 0 finished the training of attempt 0; a-worker-2 had not ended 30s after it" in plan.events[
+        -1].message
+    job.status(**plan.status)
+    assert "a-worker-2" in plan_with(job, pods(32, make_pod("a", 2).build())).delete_pods
+    # A peer that fails after worker 0 finished (its store is gone) is no failure: no budget, no replacement.
+    plan = plan_with(in_place(make_job("a").replicas(3)).running(), pods(5, make_pod("a", 2).failed(1).build()))
+    assert plan.status["phase"] == "Succeeded" and plan.status.get("restarts", 0) == 0, plan.status
+    assert "replacing" not in plan.status and plan.create_pods == []
+    # Recreate keeps waiting for every pod: its pods are one round, made together, and end together.
+    recreate = make_job("a").replicas(3).running()
+    plan = plan_with(recreate, pods(31, make_pod("a", 2).build()))
     assert plan.status is None or plan.status["phase"] != "Succeeded"
 
 

@@ -42,7 +42,9 @@ def main(argv: list[str] | None = None) -> int:
             return config_error(e)
         who = dataclasses.replace(who, replica_group=replica_env.replica_group)
     device = choose_device(env)
-    threads = intra_op_threads(os.environ.get("OMP_NUM_THREADS"), cpu_count(), env.local_world_size)
+    threads = intra_op_threads(
+        os.environ.get("OMP_NUM_THREADS"), cpu_count(), env.local_world_size, torch.get_num_threads()
+    )
     if threads is not None:
         torch.set_num_threads(threads)
     rendezvous_seconds = init_process_group(env, device)

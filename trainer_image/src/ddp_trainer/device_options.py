@@ -148,12 +148,15 @@ def cpu_count(root: Path = CGROUP_ROOT) -> int:
     return max(1, min(cpus, math.ceil(limit))) if limit else cpus
 
 
-def intra_op_threads(omp_num_threads: str | None, cpus: int, local_world_size: int) -> int | None:
-    """torch's intra-op threads for a rank: the pod's CPUs shared by its local ranks. torch's own default is every
-    core of the host, so a pod limited to 1 CPU, or several ranks or pods on one machine, run more threads than
-    cores, and OpenMP's spinning threads then take each other's time slices (measured on the 2-core VM under load:
-    600 digits steps took 45 s at 2 threads against 4 s at 1, docs/trainer.md). None: OMP_NUM_THREADS is set (the
-    user's, or torchrun's 1 for several processes per node), and torch follows it."""
+def intra_op_threads(omp_num_threads: str | None, cpus: int, local_world_size: int, default: int) -> int | None:
+    """torch's intra-op threads for a rank: the pod's CPUs shared by its local ranks, never more than torch's own
+    `default`. That default is the host's physical cores, so a pod limited to 1 CPU, or several ranks or pods on one
+    machine, run more threads than cores, and OpenMP's spinning threads then take each other's time slices
+    (measured on the 2-core VM under load: 600 digits steps took 45 s at 2 threads against 4 s at 1,
+    docs/trainer.md). The cap: on a host whose CPUs are hyperthreads the cpuset counts twice the physical cores,
+    and more threads than torch's default there slowed the full suite on CI by half (its nprocPerNode 1 jobs).
+    None: OMP_NUM_THREADS is set (the user's, or torchrun's 1 for several processes per node), and torch follows
+    it."""
     if omp_num_threads:
         return None
-    return max(1, cpus // max(1, local_world_size))
+    return min(max(1, default), max(1, cpus // max(1, local_world_size)))

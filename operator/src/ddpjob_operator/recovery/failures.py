@@ -301,6 +301,12 @@ def _disrupted(status: dict[str, Any]) -> bool:
     return _disruption(status) is not None
 
 
+def finished_at(pod: dict[str, Any]) -> datetime | None:
+    """When the pod's trainer container ended, if its termination record says."""
+    terminated = _trainer_terminated(pod)
+    return parse_time(terminated.get("finishedAt")) if terminated else None
+
+
 def _trainer_terminated(pod: dict[str, Any]) -> dict[str, Any] | None:
     container = trainer_container(pod.get("spec", {}).get("containers", [])) or {}
     statuses = pod.get("status", {}).get("containerStatuses") or []
