@@ -68,7 +68,9 @@ lint: venv ## Lint and type-check: ruff check, ruff format --check, mypy (settin
 	@ruff format --check $(LINT_PATHS)
 	@mypy
 
-test: setup kueue-tools node-tools lint ## Lint, then run the whole test suite (unit, trainer, integration, e2e, realnode, chart, chaos)
+# The images are built before pytest, alone on the machine: built by the real-node suite's fixture they took 853 s
+# under the other lanes' load (a changed trainer rebuilds its image), slowed every lane and hit pytest's timeout.
+test: setup kueue-tools node-tools lint images ## Lint, build the images, then run the whole suite (unit, trainer, integration, e2e, realnode, chart, chaos)
 	@$(PY) -m pytest -n 3 --dist loadscope tests bench/tests $(PYTEST_ARGS)
 
 test-unit: setup ## Run only the pure unit tests (no cluster)

@@ -12,6 +12,7 @@ import pytest
 import yaml
 
 from support import localnode
+from support.cluster import RENDEZVOUS_PORTS
 from support.operator import OperatorProcess, install_crds
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -50,7 +51,7 @@ def digits_job(name: str = "digits", steps: int = 200, every: int = 20, **spec) 
     job["spec"]["template"]["spec"]["containers"][0]["args"] = [
         f"{a.split('=')[0]}={replaced[a.split('=')[0]]}" if a.split("=")[0] in replaced else a for a in args]
     # torchrun's c10d store binds *:<port>, so jobs sharing this machine (other suites, the demo) need their own.
-    job["spec"]["rendezvous"] = {"port": random.randint(30000, 32000)}
+    job["spec"]["rendezvous"] = {"port": random.choice(RENDEZVOUS_PORTS)}
     job["spec"].update(spec)
     return job
 

@@ -17,7 +17,7 @@ import yaml
 from conftest import apply_job, digits_job, job_status, pods
 from ddpjob_localnode.recovery import RecoveryClock, find_worker_process, parse_trainer_log
 from support import localnode
-from support.cluster import wait_until
+from support.cluster import RENDEZVOUS_PORTS, wait_until
 
 JOB_TIMEOUT = float(os.environ.get("E2E_JOB_TIMEOUT", 420))
 
@@ -222,7 +222,7 @@ def user_loop_job(steps: int, deadline: int) -> dict:
     container["args"] = [f"{a.split('=')[0]}={shorter[a.split('=')[0]]}" if a.split("=")[0] in shorter else a
                          for a in container["args"]]
     job["spec"]["runPolicy"] = {"backoffLimit": 3, "restartBackoffSeconds": 0, "progressDeadlineSeconds": deadline}
-    job["spec"]["rendezvous"] = {"port": random.randint(30000, 32000)}  # the machine is shared (conftest.py)
+    job["spec"]["rendezvous"] = {"port": random.choice(RENDEZVOUS_PORTS)}  # the machine is shared (conftest.py)
     return job
 
 

@@ -18,7 +18,7 @@ from pathlib import Path
 import yaml
 from conftest import apply_job, pods
 from support import localnode
-from support.cluster import wait_until
+from support.cluster import RENDEZVOUS_PORTS, wait_until
 from test_local_jobs import JOB_TIMEOUT, run_to_end, worker0_log
 
 from ddpjob_localnode.recovery import RecoveryClock, find_worker_process, parse_trainer_log
@@ -36,7 +36,7 @@ def local_variant(namespace: str) -> tuple[dict, Path]:
     spec, pod = job["spec"], job["spec"]["template"]["spec"]
     spec.update(replicas=2, gpusPerReplica=0, nprocPerNode=2, shmSize="256Mi")
     spec["runPolicy"] = {"backoffLimit": 3, "restartBackoffSeconds": 0}
-    spec["rendezvous"] = {"port": random.randint(30000, 32000)}  # the machine is shared (conftest.py)
+    spec["rendezvous"] = {"port": random.choice(RENDEZVOUS_PORTS)}  # the machine is shared (conftest.py)
     pod["nodeSelector"], pod["tolerations"] = digits["nodeSelector"], digits["tolerations"]
     host = f"/e2e-pvc/{namespace}"
     [volume] = [v for v in pod["volumes"] if "persistentVolumeClaim" in v]

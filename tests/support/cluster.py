@@ -22,13 +22,17 @@ CLUSTER_SH = ROOT / "hack" / "cluster.sh"
 
 # What hack/cluster.sh, hack/kueue.sh and hack/realnode.sh read to work on the second control plane instead of the
 # first (their defaults). Ports below the kernel's ephemeral range (32768-60999), as the first's are, so no outgoing
-# connection holds one while a component restarts; the simulated pods get their own loopback range.
+# connection holds one while a component restarts; the simulated pods get their own loopback range. None is among
+# RENDEZVOUS_PORTS: Kueue's health port was 31081 there, and a job that drew it failed its rendezvous, EADDRINUSE.
 SECOND = {
     "CLUSTER_DIR": str(ROOT / ".local-cluster-2"), "ETCD_PORT": "24790", "ETCD_PEER_PORT": "24800",
     "APISERVER_PORT": "27443", "KCM_PORT": "21257", "SCHED_PORT": "21259", "KWOK_PORT": "21247",
-    "KWOK_CIDR": "127.245.0.0/16", "KUEUE_WEBHOOK_PORT": "30443", "KUEUE_METRICS_PORT": "31080",
-    "KUEUE_HEALTH_PORT": "31081",
+    "KWOK_CIDR": "127.245.0.0/16", "KUEUE_WEBHOOK_PORT": "29543", "KUEUE_METRICS_PORT": "28180",
+    "KUEUE_HEALTH_PORT": "28181",
 }
+# The ports the suites draw a job's rendezvous.port from (torchrun's c10d store binds *:<port> on this machine, which
+# every suite shares): no control plane's or add-on's port lies in it.
+RENDEZVOUS_PORTS = range(30000, 32001)
 
 
 @dataclass(frozen=True)

@@ -87,6 +87,28 @@ def test_silence_is_a_hang_only_with_the_kubelets_word(name, liveness, want_hung
         assert wait == 60.0, "looked at again later"
 
 
+def ending(step, advanced, eta, total=2000):
+    return {**progress(step, advanced), "totalSteps": total, "etaSeconds": eta}
+
+
+@pytest.mark.parametrize("name, status_progress, want_hung, want_wait", [
+    # The user loop of tests/e2e/test_local_jobs.py, full suite, load 10: last read at step 1939 of 2000, then the
+    # workers exited and the agent waited at torchrun's exit barrier for the other pod's, silent and not ready.
+    ("due to end 30 s ago: torchrun's exit barrier", ending(1939, 31, eta=1), False, 300 - 30.0),
+    ("its final step reported", ending(2000, 70, eta=0), False, 300 - 70.0),
+    ("past the barrier's own timeout: a hang", ending(1939, 400, eta=1), True, None),
+    ("silent halfway, its end far off: a hang", ending(1000, 70, eta=600), True, None),
+    ("answering, stuck one step short of its end: a hang", ending(1999, 70, eta=1), True, None),
+    ("no total reported: a hang", progress(150, 70), True, None),
+])
+def test_silence_when_the_run_was_due_to_end_waits_out_torchruns_exit_barrier(name, status_progress, want_hung,
+                                                                               want_wait):
+    hung, wait = decide_no_progress(15, "Running", 0, status_progress, scrape(status_progress["step"], seen=20),
+                                    None, NOW, liveness=Liveness(trainer_ready=False))
+    assert (hung is not None) is want_hung, name
+    assert wait == pytest.approx(want_wait) if want_wait is not None else wait is None, name
+
+
 @pytest.mark.parametrize(
     "name, old, scraped, attempt, want",
     [

@@ -9,6 +9,9 @@ fault:
   also reports the trainer container not ready (its readiness probe on the metrics port runs from the node: a
   stopped or deadlocked process fails it). If the kubelet says ready, the operator is cut off (a NetworkPolicy,
   the CNI, its own network): no verdict, the ProgressUnknown condition says so;
+- worker 0 went silent when its run was due to end (its total steps and step rate say when): its workers exited
+  while the pod's torchrun agent waits at the exit barrier for the other pods', so no verdict until that barrier's
+  own timeout has passed;
 - the operator has not been scraping it lately (overloaded, its scrape pool saturated): no verdict;
 - it has not answered yet in this attempt: no clock, no verdict (a trainer without the port, or one starting).
 Silence is measured from when this operator process began scraping the job, so a restarted operator never counts
@@ -17,7 +20,7 @@ the time it was away."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, cast
 
 from ..recovery import failures
@@ -89,7 +92,14 @@ def decide_no_progress(
     step = progress.get("step")
     stuck_for = (now - advanced).total_seconds()
     seen = parse_time((scraped or {}).get("updateTime"))
+    # The run reported its last step, or was due to end by now: what follows the last step (a final checkpoint,
+    # the workers' exit, the pod's torchrun agent waiting at its exit barrier for the other pods', whose workers a
+    # loaded machine can take longer than the deadline to end) is no hang before that barrier's own timeout.
+    finishing = _finishing(progress, now)
     if scraped and scraped.get("step") == step and seen is not None and (seen - advanced).total_seconds() >= deadline:
+        total = progress.get("totalSteps")
+        if finishing is not None and step is not None and total is not None and step >= total:
+            return None, finishing
         message = f"step {step} has not advanced for {stuck_for:.0f}s (progressDeadlineSeconds {deadline})"
         return _failure(pod, message, now), None
     # Silence counts from the later of: the last answer, the step's advance, this process starting to look.
@@ -97,6 +107,8 @@ def decide_no_progress(
     silent_for = (now - heard).total_seconds()
     if silent_for >= deadline:
         silence = f"worker 0 has not answered its metrics port for {silent_for:.0f}s, at step {step}"
+        if finishing is not None:
+            return None, finishing
         if not liveness.scrapes_current:
             # The operator itself has not been scraping (overloaded): its silence says nothing about the job.
             return None, float(deadline)
@@ -115,6 +127,20 @@ def decide_no_progress(
     # A step already past the deadline is judged by the next answer (progress requeues bring it); else by time.
     ahead = [left for left in (deadline - stuck_for, deadline - silent_for) if left > 0]
     return None, min(ahead) if ahead else 0.0
+
+
+# torchrun's exit barrier timeout (its default): how long an agent whose workers finished waits for the others'.
+EXIT_BARRIER_SECONDS = 300
+
+
+def _finishing(progress: Progress, now: datetime) -> float | None:
+    """Seconds left of torchrun's exit barrier when the run was due to end by `now` (progress_eta.py: etaSeconds at
+    the last advance, 0 once the last step is reported; only when worker 0 reported its totalSteps), else None."""
+    advanced, eta = parse_time(progress.get("advanceTime")), progress.get("etaSeconds")
+    if not progress.get("totalSteps") or advanced is None or eta is None:
+        return None
+    left = (advanced + timedelta(seconds=eta) - now).total_seconds() + EXIT_BARRIER_SECONDS
+    return left if 0 < left <= EXIT_BARRIER_SECONDS else None
 
 
 def _failure(pod: str, message: str, now: datetime) -> failures.Failure:
