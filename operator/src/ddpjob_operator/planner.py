@@ -41,6 +41,7 @@ from .recovery import (
     replace_pod,
     replica_groups,
     termination,
+    worker_0_done,
 )
 from .recovery.restart_policy import RESTART, RestartBudget, backoff_seconds, decide_each, decide_restart
 from .state import conditions as c
@@ -322,8 +323,8 @@ def _rescale(obs: Observed, spec: JobSpec, status: JobStatus, plan: Plan) -> Job
 def current_failures(
     obs: Observed, settings: PlannerSettings, spec: JobSpec, status: JobStatus, pods: SortedPods, plan: Plan
 ) -> list[failures.Failure]:
-    if replace_pod.training_finished_at(spec, pods.current, obs.now) is not None:
-        return []  # InPlace: worker 0 finished the training; what its peers do now is no failure (_success_policy)
+    if worker_0_done.finished_at(spec, pods.current, obs.now) is not None:
+        return []  # InPlace: worker 0 finished the training; what its peers do now is no failure (worker_0_done.py)
     found = []
     node_going = False  # a pod's node is NotReady, its grace not over: its loss may be the root cause of the rest
     for pod in pods.current.values():
@@ -490,25 +491,10 @@ def _success_policy(obs: Observed, spec: JobSpec, status: JobStatus, pods: Sorte
     done_indices = {i for i, p in pods.current.items() if p in done}
     message = f"all {replicas} pods of attempt {status['attempt']} succeeded"
     if len(done) < replicas and not replace_pod.finished_without_replacement(spec, status, done_indices):
-        finished_at = replace_pod.training_finished_at(spec, pods.current, obs.now)
-        if finished_at is None:
+        ended_by_worker_0 = worker_0_done.success_message(obs.now, spec, status, pods.current, plan)
+        if ended_by_worker_0 is None:
             return None
-        ended = ("Succeeded", "Failed")
-        left = [
-            p["metadata"]["name"]
-            for i, p in sorted(pods.current.items())
-            if i != 0 and (p.get("status") or {}).get("phase") not in ended
-        ]
-        wait = (finished_at - obs.now).total_seconds() + replace_pod.FINISHING_GRACE_SECONDS
-        if left and wait > 0:
-            plan.requeue(wait)
-            return None
-        message = f"worker 0 finished the training of attempt {status['attempt']}"
-        if left:
-            message += (
-                f"; {', '.join(left)} had not ended {replace_pod.FINISHING_GRACE_SECONDS:.0f}s after it "
-                "(a replacement that joined after its last round)"
-            )
+        message = ended_by_worker_0
     # In-place restarts after the last scrape are only in the pods' termination records.
     in_place.take_in(obs, spec, status, plan, [failures.in_place_restarts_of(p) for p in done])
     out = c.enter_phase(status, c.SUCCEEDED, "Succeeded", message, obs.now)

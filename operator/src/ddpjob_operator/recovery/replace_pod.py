@@ -22,7 +22,7 @@ entry goes once every pod of the attempt runs again."""
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 from ..state.plan import Observed, Plan
@@ -194,27 +194,6 @@ def finished_without_replacement(spec: JobSpec, status: JobStatus, done_indices:
     replacing = not_missing(status)
     finisher = bool(done_indices) if spec.fault_tolerance.torchft else 0 in done_indices
     return bool(replacing) and finisher and done_indices | replacing >= set(range(status["replicas"]))
-
-
-# How long an InPlace job whose worker 0 Succeeded waits for its other pods to end before it ends Succeeded anyway
-# (training_finished_at). The pods of worker 0's last round passed its exit barrier with it and end in moments.
-FINISHING_GRACE_SECONDS = 30.0
-
-
-def training_finished_at(spec: JobSpec, current: dict[int, dict[str, Any]], now: datetime) -> datetime | None:
-    """InPlace (not TorchFT): when worker 0's pod Succeeded, the time its trainer ended; None otherwise.
-    torchrun's exit barrier lets worker 0's agent end 0 only once every rank of its last round finished, so the
-    training is done. A pod still running then is one leaving that same barrier, or a replacement that joined the
-    rendezvous after that round formed: it waits on worker 0's store, which is gone, until torchrun's join timeout
-    (600 s), holding its node. Neither is a failure of the job (the planner counts none) and the job ends
-    Succeeded once they ended, or FINISHING_GRACE_SECONDS after worker 0 (cleanPodPolicy then stops them).
-    A worker 0 without a finish time in its record counts as ended the grace before `now`."""
-    if spec.run_policy.restart_strategy != IN_PLACE or spec.fault_tolerance.torchft:
-        return None
-    pod = current.get(0)
-    if pod is None or (pod.get("status") or {}).get("phase") != "Succeeded":
-        return None
-    return failures.finished_at(pod) or now - timedelta(seconds=FINISHING_GRACE_SECONDS)
 
 
 def not_missing(status: JobStatus) -> set[int]:
