@@ -195,6 +195,12 @@ make_cgroup_root() { # the kubelet wants its cgroupRoot to exist in every hierar
       cat "$h/cpuset.cpus" >"$h/ddpjob-realnode-$i/cpuset.cpus"
       cat "$h/cpuset.mems" >"$h/ddpjob-realnode-$i/cpuset.mems"
     fi
+    # A cgroup weighs as one task of the root (1024 shares) against every busy process outside it: a node that
+    # owns the machine's CPUs weighs as one busy process per CPU, so that its pods are not starved by whatever else
+    # runs here (make test's other lanes). The kubelet shares it out below, by its pods' requests.
+    if [[ -f "$h/cpu.shares" ]]; then
+      echo $((1024 * $(nproc))) >"$h/ddpjob-realnode-$i/cpu.shares"
+    fi
   done
 }
 

@@ -62,6 +62,53 @@ def namespace(cluster, request):
     local_cluster.delete_namespace(cluster, name)
 
 
+SCENE_LOGS = 6  # pods whose logs a failure shows
+SCENE = [
+    ("nodes", ("get", "nodes", "-o",
+               "custom-columns=NAME:.metadata.name,READY:.status.conditions[?(@.type=='Ready')].status,"
+               "SINCE:.status.conditions[?(@.type=='Ready')].lastTransitionTime,TAINTS:.spec.taints[*].key,"
+               "GPUS:.status.allocatable.nvidia\\.com/gpu")),
+    ("pods on every node", ("get", "pods", "-A", "-o", "wide")),
+    ("terminating pods", ("get", "pods", "-A", "-o",
+                          "custom-columns=NS:.metadata.namespace,NAME:.metadata.name,NODE:.spec.nodeName,"
+                          "DELETING:.metadata.deletionTimestamp")),
+]
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """A failed test's report carries the scene it failed in: the nodes, every pod, its namespace's DDPJobs and
+    events, the last lines of its pods' logs, and the operator's own lines, so that a failure seen once on CI can be
+    explained from its log. Any suite whose test has a `cluster` and a `namespace` (e2e, the real nodes, ...)."""
+    outcome = yield
+    report = outcome.get_result()
+    if report.when != "call" or not report.failed:
+        return
+    cluster, namespace = item.funcargs.get("cluster"), item.funcargs.get("namespace")
+    if cluster is None or namespace is None:
+        return
+    parts = []
+    commands = [*SCENE, ("ddpjobs", ("-n", namespace, "get", "ddpj", "-o", "yaml")),
+                ("events", ("-n", namespace, "get", "events", "--sort-by=.lastTimestamp"))]
+    try:
+        names = cluster.kubectl("-n", namespace, "get", "pods", "-o", "name", check=False, timeout=20).stdout.split()
+    except Exception:  # noqa: BLE001 (best effort, as below)
+        names = []
+    commands += [(f"{name}: its last 25 lines", ("-n", namespace, "logs", name, "--all-containers", "--tail=25"))
+                 for name in names[:SCENE_LOGS]]
+    for title, args in commands:
+        try:
+            out = cluster.kubectl(*args, check=False, timeout=20)
+            parts.append(f"--- {title}\n{out.stdout}{out.stderr}")
+        except Exception as err:  # noqa: BLE001 (the scene is best effort: the failure is already reported)
+            parts.append(f"--- {title}: {err}")
+    operator = item.funcargs.get("operator")
+    if hasattr(operator, "log"):
+        lines = [line for line in operator.log().splitlines() if "logger=ddpjob" in line and "level=debug" not in line]
+        parts.append("--- the operator's last 60 lines\n" + "\n".join(lines[-60:]))
+    report.sections.append(("cluster scene", "\n".join(parts)))
+
+
 def pytest_collection_modifyitems(session, config, items):
     # A test marked `disrupts_cluster` (an apiserver outage, a control plane restarted without an API) disturbs
     # every suite sharing the cluster: it runs after all of them, whatever its file is called.

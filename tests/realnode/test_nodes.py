@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import os
 import re
 import socket
 import struct
@@ -37,6 +38,9 @@ def test_two_kubelets_of_the_control_planes_release_on_containerd_2_are_ready(cl
         addresses = {a["type"]: a["address"] for a in node["status"]["addresses"]}
         assert addresses["InternalIP"] == f"10.244.{index}.1", "the node's host-only address, on its own bridge"
         assert {"key": "ddpjob.dev/real-node", "value": "true", "effect": "NoSchedule"} in node["spec"]["taints"]
+        # The node's cgroup root weighs as one busy process per CPU against whatever else runs on this machine.
+        shares = Path(f"/sys/fs/cgroup/cpu/ddpjob-realnode-{index}/cpu.shares")
+        assert int(shares.read_text()) == 1024 * len(os.sched_getaffinity(0)), shares  # nproc
 
 
 def test_pods_reach_each_other_across_the_nodes_and_nothing_routes_off_the_machine(cluster, namespace, real_nodes):

@@ -5,6 +5,7 @@ decides: its OOM kill of a trainer over its memory limit, classed and explained.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -81,24 +82,8 @@ def status_of(cluster, namespace: str, name: str) -> dict:
 
 
 def finished(cluster, namespace: str, name: str) -> dict:
-    try:
-        return wait_until(lambda: (s := status_of(cluster, namespace, name)).get("phase") in ("Succeeded", "Failed")
-                          and s, timeout=JOB_TIMEOUT, interval=1, what=f"{name} to finish")
-    except AssertionError as timed_out:
-        raise AssertionError(f"{timed_out}\n{explain(cluster, namespace, name)}") from None
-
-
-def explain(cluster, namespace: str, name: str) -> str:
-    """What a job that did not end was doing: its status, pods, events and each pod's last log lines."""
-    def run(*args: str) -> str:
-        out = cluster.kubectl("-n", namespace, *args, check=False)
-        return out.stdout + out.stderr
-    parts = [json.dumps(status_of(cluster, namespace, name), indent=1),
-             run("get", "pods", "-o", "wide", "-l", f"ddpjob.dev/job-name={name}"),
-             run("get", "events", "--sort-by=.lastTimestamp")]
-    for pod in uids(cluster, namespace, name):
-        parts.append(f"--- {pod}\n" + "\n".join(run("logs", pod, "--tail=25").splitlines()[-25:]))
-    return "\n".join(parts)
+    return wait_until(lambda: (s := status_of(cluster, namespace, name)).get("phase") in ("Succeeded", "Failed") and s,
+                      timeout=JOB_TIMEOUT, interval=1, what=f"{name} to finish")
 
 
 def test_a_digits_job_of_the_trainer_image_trains_across_the_two_real_nodes(
@@ -262,20 +247,48 @@ def node_of(cluster, namespace: str, pod: str) -> str:
     return out.stdout.strip() if out.returncode == 0 else ""
 
 
+def index_of(node: str) -> str:
+    return node.rsplit("-", 1)[1]
+
+
+@contextlib.contextmanager
+def lost_kubelet(lost: str, paused: str):
+    """`lost`'s kubelet stopped (its containers run on), with every container of `paused` held by the cgroup
+    freezer from just before it: a pause of the test's, not a fault. The jobs' survivors there take no step, so no
+    job runs out of steps while the lost node turns NotReady (30 s or more; how long decides a loaded machine, not
+    the product) and each job's steps can be few. The caller resumes `paused` once the recoveries are recorded;
+    on the way out both nodes are back, also when the test fails."""
+    frozen = realnode("freeze", index_of(paused), check=False)
+    assert frozen.returncode == 0, frozen.stdout + frozen.stderr
+    try:
+        stopped = realnode("stop", index_of(lost), check=False)
+        assert stopped.returncode == 0, stopped.stdout + stopped.stderr
+        yield
+    finally:
+        thawed = realnode("thaw", index_of(paused), check=False)
+        started = realnode("start", index_of(lost), check=False)
+    assert thawed.returncode == 0, thawed.stdout + thawed.stderr
+    assert started.returncode == 0, started.stdout + started.stderr
+
+
+def thaw(node: str) -> None:
+    thawed = realnode("thaw", index_of(node), check=False)
+    assert thawed.returncode == 0, thawed.stdout + thawed.stderr
+
+
 def test_a_stopped_kubelet_recreate_and_in_place_each_recover_as_documented(
         cluster, namespace, real_nodes, trainer_image, operator):
     """A lost node as the node lifecycle controller sees it: one kubelet stops (its containers go on running under
     containerd, as on a node that lost its kubelet or its network), the node turns NotReady after the
     controller-manager's grace, and two jobs, one per restart strategy, lose their pod there at once.
     docs/fault-tolerance.md: Recreate makes a new attempt at the size the nodes hold (elastic 1..2: one pod);
-    InPlace replaces the lost pod alone: worker 0 (the rendezvous host) trains on in the same pod while the
+    InPlace replaces the lost pod alone: worker 0 (the rendezvous host) stays in the same pod while the
     replacement waits for room (one pod per node). The lost pod's container, which no kubelet stops, may train on
     beside it meanwhile: only the kubelet was stopped, not the network. The kubelet returns, both jobs end
-    Succeeded, and the kubelet stops what the deleted pods left running on its node."""
+    Succeeded, and the kubelet stops what the deleted pods left running on its node. The other node's pods are
+    paused until the recoveries are recorded (lost_kubelet)."""
     def job(name: str, strategy: str) -> dict:
-        # The lost pods train on (only the kubelet stopped) until the node is NotReady, 30 s or more: both jobs must
-        # outlast that. One intra-op thread per 1-CPU pod ran 1,500 steps in about that.
-        manifest = digits_job(trainer_image, name, steps=6000)
+        manifest = digits_job(trainer_image, name, steps=1000)
         manifest["spec"]["runPolicy"] = {"restartStrategy": strategy, "backoffLimit": 3, "restartBackoffSeconds": 0}
         manifest["spec"]["elastic"] = {"minReplicas": 1, "maxReplicas": 2}
         return manifest
@@ -285,6 +298,7 @@ def test_a_stopped_kubelet_recreate_and_in_place_each_recover_as_documented(
     wait_until(lambda: node_of(cluster, namespace, "inplace-worker-1") and node_of(
         cluster, namespace, "inplace-worker-0"), timeout=JOB_TIMEOUT, interval=1, what="inplace's pods placed")
     lost = node_of(cluster, namespace, "inplace-worker-1")
+    kept = node_of(cluster, namespace, "inplace-worker-0")
     cluster.kubectl("-n", namespace, "apply", "-f", "-", input=json.dumps(job("recreate", "Recreate")))
     for name in ("inplace", "recreate"):
         wait_step(cluster, namespace, name, 30)
@@ -293,27 +307,22 @@ def test_a_stopped_kubelet_recreate_and_in_place_each_recover_as_documented(
                             and node_of(cluster, namespace, pod) == lost) for name in before}
     assert lost_pods["inplace"] == "inplace-worker-1"
 
-    stopped = realnode("stop", lost.rsplit("-", 1)[1], check=False)
-    assert stopped.returncode == 0, stopped.stdout + stopped.stderr
-    try:
-        def recovered(name: str):
-            status = status_of(cluster, namespace, name)
-            return status.get("recoveries") and status.get("phase") == "Running" and status
-        seen = {name: wait_until(lambda name=name: recovered(name), timeout=JOB_TIMEOUT, interval=1,
+    with lost_kubelet(lost, paused=kept):
+        # Recreate's new attempt cannot run before the kept node resumes: its old pod there must end first.
+        seen = {name: wait_until(lambda name=name: status_of(cluster, namespace, name).get("recoveries") and
+                                 status_of(cluster, namespace, name), timeout=JOB_TIMEOUT, interval=1,
                                  what=f"{name} recovering from the lost node") for name in before}
         for name, status in seen.items():
             entry = status["recoveries"][0]
             assert (entry["kind"], entry["pod"]) == ("NodeLost", lost_pods[name]), (name, entry)
         assert seen["recreate"]["recoveries"][0]["how"] == "GroupRecreated"
+        assert seen["inplace"]["recoveries"][0]["how"] == "PodReplaced" and seen["inplace"]["attempt"] == 0
+        thaw(kept)
         wait_until(lambda: (s := status_of(cluster, namespace, "recreate")).get("replicas") == 1
                    and s.get("attempt", 0) >= 1 and s.get("phase") == "Running", timeout=JOB_TIMEOUT, interval=1,
                    what="recreate's new attempt running at the one pod the nodes hold")
-        assert seen["inplace"]["recoveries"][0]["how"] == "PodReplaced" and seen["inplace"]["attempt"] == 0
-        # The survivor trains on in the same pod while the replacement waits for room.
+        # The survivor goes on in the same pod while the replacement waits for room.
         assert uids(cluster, namespace, "inplace")["inplace-worker-0"] == before["inplace"]["inplace-worker-0"]
-    finally:
-        started = realnode("start", lost.rsplit("-", 1)[1], check=False)
-    assert started.returncode == 0, started.stdout + started.stderr
     for name in before:
         status = finished(cluster, namespace, name)
         assert status["phase"] == "Succeeded", (name, status)
@@ -352,11 +361,10 @@ def test_torchft_a_stopped_kubelet_costs_the_job_only_the_group_on_that_node(
     says and the recovery bench measures). The other node's kubelet stops and the node turns NotReady: the group
     there is replaced alone (NodeLost, ReplicaGroupReplaced, attempt 0) and its replacement waits for room, while
     the survivor trains on: the job never leaves Running and its step advances with the node still down. The
-    kubelet returns and the job ends Succeeded, the loss counted as the platform's, not the job's."""
+    kubelet returns and the job ends Succeeded, the loss counted as the platform's, not the job's. The kept node's
+    pods are paused until the loss is recorded (lost_kubelet)."""
     kept, lost = real_nodes
-    # The lost node's group trains on (only its kubelet stopped) until the node is NotReady, 30 s or more: the job
-    # must outlast that and the replacement. One intra-op thread per 1-CPU pod ran 1,500 steps in under 30 s.
-    manifest = digits_job(trainer_image, "ftnode", steps=6000)
+    manifest = digits_job(trainer_image, "ftnode", steps=1000)
     manifest["spec"]["runPolicy"] = {"backoffLimit": 3, "restartBackoffSeconds": 0}
     manifest["spec"]["faultTolerance"] = {"mode": "TorchFT", "lighthouse": {
         "heartbeatTimeoutMilliseconds": 1000, "nodeSelector": {"kubernetes.io/hostname": kept},
@@ -367,9 +375,7 @@ def test_torchft_a_stopped_kubelet_costs_the_job_only_the_group_on_that_node(
     assert node_of(cluster, namespace, "ftnode-lighthouse") == kept
     victim = next(pod for pod in before if pod.startswith("ftnode-worker") and node_of(cluster, namespace, pod) == lost)
 
-    stopped = realnode("stop", lost.rsplit("-", 1)[1], check=False)
-    assert stopped.returncode == 0, stopped.stdout + stopped.stderr
-    try:
+    with lost_kubelet(lost, paused=kept):
         def replaced():
             status = status_of(cluster, namespace, "ftnode")
             assert status.get("phase") == "Running" and status.get("attempt") == 0, status
@@ -378,6 +384,7 @@ def test_torchft_a_stopped_kubelet_costs_the_job_only_the_group_on_that_node(
         entry = seen["recoveries"][0]
         assert (entry["kind"], entry["pod"], entry["how"]) == ("NodeLost", victim, "ReplicaGroupReplaced"), entry
         step = seen.get("progress", {}).get("step", 0)
+        thaw(kept)
 
         def trains_on():
             status = status_of(cluster, namespace, "ftnode")
@@ -387,9 +394,6 @@ def test_torchft_a_stopped_kubelet_costs_the_job_only_the_group_on_that_node(
         assert node_of(cluster, namespace, "ftnode-lighthouse") == kept
         assert cluster.kubectl("get", "node", lost, "-o", "jsonpath={.status.conditions[?(@.type=='Ready')]"
                                ".status}").stdout != "True", "the node was still down while the survivor trained"
-    finally:
-        started = realnode("start", lost.rsplit("-", 1)[1], check=False)
-    assert started.returncode == 0, started.stdout + started.stderr
     status = finished(cluster, namespace, "ftnode")
     assert status["phase"] == "Succeeded" and status["attempt"] == 0, status
     assert status["restarts"] == 0 and status["platformRestarts"] >= 1, status
