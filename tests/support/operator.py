@@ -27,6 +27,14 @@ FAST_ENV = {
 }
 
 
+def port_taken(log_tail: str) -> bool:
+    """Whether an operator's last lines say that one of its ports was taken (EADDRINUSE). Its metrics server (the
+    standard library's) says "Address already in use"; its liveness probe (kopf's, on asyncio) says "address already
+    in use": the ports live in the ephemeral range, where any outgoing connection of the suite may take one while a
+    killed operator is down."""
+    return "address already in use" in log_tail.lower()
+
+
 class OperatorProcess:
     def __init__(self, kubeconfig: Path, namespaces: list[str], log_path: Path, env: dict[str, str] | None = None,
                  verbose: bool = True):
@@ -60,7 +68,7 @@ class OperatorProcess:
                 return self
             except AssertionError:
                 self.kill()  # a process that never came up must not outlive the test that started it
-                taken = self.proc.poll() is not None and "Address already in use" in self.log()[-2000:]
+                taken = self.proc.poll() is not None and port_taken(self.log()[-2000:])
                 if not (taken and tries_left):
                     raise
             # free_port() saw the ports free, and another process of the suite took one since: new ones
