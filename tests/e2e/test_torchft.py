@@ -20,7 +20,9 @@ from test_in_place import _events, _uids
 from test_local_jobs import JOB_TIMEOUT
 
 JOB = "ft"
-STEPS = 3000
+# The survivor trains alone until the replacement has joined, which takes 40 s or more under the full suite's load:
+# at one intra-op thread per local rank (the local node's default) it trained about 70 steps/s, and 3,000 ended first.
+STEPS = 6000
 TORCHFT = {"mode": "TorchFT", "lighthouse": {"heartbeatTimeoutMilliseconds": 1000}}
 
 

@@ -63,6 +63,16 @@ def test_launch_plan_maps_env_args_and_volumes(tmp_path):
     assert plan.env["HOSTNAME"] == "j-worker-0"
 
 
+def test_a_local_process_runs_one_intra_op_thread_unless_its_pod_says_otherwise(tmp_path):
+    """Every local node's processes share this machine's cores: OMP_NUM_THREADS=1, which the pod's env overrides."""
+    pod = make_pod()
+    plan = build_launch_plan(pod, pod["spec"]["containers"][0], tmp_path / "a", tmp_path / "h", tmp_path)
+    assert plan.env["OMP_NUM_THREADS"] == "1"
+    pod["spec"]["containers"][0]["env"].append({"name": "OMP_NUM_THREADS", "value": "4"})
+    plan = build_launch_plan(pod, pod["spec"]["containers"][0], tmp_path / "b", tmp_path / "h", tmp_path)
+    assert plan.env["OMP_NUM_THREADS"] == "4"
+
+
 def test_launch_plan_without_command_says_why(tmp_path):
     pod = make_pod()
     del pod["spec"]["containers"][0]["command"]

@@ -93,6 +93,11 @@ def build_launch_plan(
         "VIRTUAL_ENV": str(venv_bin.parent),
         # Output reaches `kubectl logs` as it is printed rather than when a buffer fills.
         "PYTHONUNBUFFERED": "1",
+        # One intra-op thread per process unless the pod's env says otherwise: every local node's processes share
+        # this machine's cores, where a real node's container has its own (the trainer sizes its threads from its
+        # cgroup's CPU limit, which no process here has). Oversubscribed, OpenMP's spinning threads took 10x the
+        # time for a digits run on the 2-core VM (docs/trainer.md).
+        "OMP_NUM_THREADS": "1",
     }
     try:
         env = container_env(pod, container, base, lookup_key)
