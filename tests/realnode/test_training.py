@@ -309,9 +309,9 @@ def test_a_stopped_kubelet_recreate_and_in_place_each_recover_as_documented(
 
     with lost_kubelet(lost, paused=kept):
         # Recreate's new attempt cannot run before the kept node resumes: its old pod there must end first.
-        seen = {name: wait_until(lambda name=name: status_of(cluster, namespace, name).get("recoveries") and
-                                 status_of(cluster, namespace, name), timeout=JOB_TIMEOUT, interval=1,
-                                 what=f"{name} recovering from the lost node") for name in before}
+        seen = {name: wait_until(lambda name=name: (s := status_of(cluster, namespace, name)).get("recoveries") and s,
+                                 timeout=JOB_TIMEOUT, interval=1, what=f"{name} recovering from the lost node")
+                for name in before}
         for name, status in seen.items():
             entry = status["recoveries"][0]
             assert (entry["kind"], entry["pod"]) == ("NodeLost", lost_pods[name]), (name, entry)
