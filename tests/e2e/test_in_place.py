@@ -79,28 +79,11 @@ def _events(cluster, namespace: str, name: str) -> list[dict]:
     return json.loads(out.stdout)["items"]
 
 
-def test_a_deleted_pod_is_replaced_alone_and_the_others_keep_their_uid(cluster, operator, namespace):
-    apply_job(cluster, namespace, digits_job(steps=400, every=20, replicas=3, nprocPerNode=1, runPolicy=IN_PLACE))
-    wait_for_step(cluster, namespace, 60)
-    before = _uids(cluster, namespace, "digits")
-    cluster.kubectl("-n", namespace, "delete", "pod", "digits-worker-1", "--wait=false")
-    status = run_to_end(cluster, namespace)
-    assert status["phase"] == "Succeeded", status
-    after = _uids(cluster, namespace, "digits")
-    assert {n: after[n] for n in ("digits-worker-0", "digits-worker-2")} == {
-        n: before[n] for n in ("digits-worker-0", "digits-worker-2")}, "the survivors were never replaced"
-    assert after["digits-worker-1"] != before["digits-worker-1"]
-    assert (status["attempt"], status["platformRestarts"], status["restarts"]) == (0, 1, 0), status
-    assert [r["how"] for r in status["recoveries"]] == ["PodReplaced"], status["recoveries"]
-    assert status["recoveries"][0]["recoverySeconds"] > 0
-    reasons = [e["reason"] for e in _events(cluster, namespace, "digits")]
-    assert "ReplacingPod" in reasons and "Recovered" in reasons and "Restarting" not in reasons, reasons
-    assert parse_trainer_log(worker0_log(cluster, namespace)).steps[-1] == 400
-
-
-def test_a_replacement_that_is_lost_in_turn_is_replaced_again(cluster, operator, namespace):
-    """Issue 35: delete pod 2, wait until its replacement has joined, delete the replacement: a second replacement,
-    the job trains on in the same attempt, each loss counted once against platformFailureLimit."""
+def test_a_deleted_pod_is_replaced_alone_and_a_replacement_lost_in_turn_is_replaced_again(
+        cluster, operator, namespace):
+    """Delete pod 2: it is replaced alone, the others keep their uid; wait until the replacement has joined and
+    trained with the group, then delete it too (issue 35): a second replacement, the job trains on in the same
+    attempt, each loss counted once against platformFailureLimit."""
     # 600 steps: the group cannot train without pod 2 (3 pods, not elastic), so the second delete comes at about
     # step 150 and the job cannot end before the second replacement joins.
     apply_job(cluster, namespace, digits_job(steps=600, every=20, replicas=3, nprocPerNode=1, runPolicy=IN_PLACE))
@@ -118,6 +101,10 @@ def test_a_replacement_that_is_lost_in_turn_is_replaced_again(cluster, operator,
         return fresh and s.get("platformRestarts") == 1 and closed and uids
 
     first = wait_until(replaced_and_joined, timeout=JOB_TIMEOUT, interval=0.5, what="the first replacement running")
+    assert {n: first[n] for n in ("digits-worker-0", "digits-worker-1")} == {
+        n: before[n] for n in ("digits-worker-0", "digits-worker-1")}, "the survivors were never replaced"
+    (entry,) = job_status(cluster, namespace, "digits")["recoveries"]
+    assert entry["how"] == "PodReplaced" and entry["recoverySeconds"] > 0, entry
     wait_for_step(cluster, namespace, last_step_now(cluster, namespace) + 40)  # it trains with the newcomer
     cluster.kubectl("-n", namespace, "delete", "pod", "digits-worker-2", "--wait=false")
     status = run_to_end(cluster, namespace)
@@ -129,6 +116,9 @@ def test_a_replacement_that_is_lost_in_turn_is_replaced_again(cluster, operator,
     assert (status["attempt"], status["platformRestarts"], status["restarts"]) == (0, 2, 0), status
     assert [r["how"] for r in status["recoveries"]] == ["PodReplaced", "PodReplaced"], status["recoveries"]
     assert all("recoverySeconds" in r for r in status["recoveries"]), status["recoveries"]
+    reasons = [e["reason"] for e in _events(cluster, namespace, "digits")]
+    assert "ReplacingPod" in reasons and "Recovered" in reasons and "Restarting" not in reasons, reasons
+    assert parse_trainer_log(worker0_log(cluster, namespace)).steps[-1] == 600
 
 
 def last_step_now(cluster, namespace: str) -> int:

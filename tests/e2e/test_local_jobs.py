@@ -74,14 +74,21 @@ def record_recovery(name: str, clock: RecoveryClock, trainer) -> None:
         f.write(json.dumps({"case": name, **{k: round(v, 2) for k, v in rows}}) + "\n")
 
 
-def test_digits_job_succeeds_with_test_accuracy_of_at_least_90_percent(cluster, operator, namespace):
+def test_digits_job_succeeds_with_test_accuracy_of_at_least_90_percent_and_kubectl_logs_shows_it(
+        cluster, operator, namespace):
     apply_job(cluster, namespace, digits_job(steps=200))
+    wait_until(lambda: "[job=digits attempt=0 rank=0] step=" in cluster.kubectl(
+        "-n", namespace, "logs", "digits-worker-0", check=False).stdout, timeout=JOB_TIMEOUT, interval=1,
+        what="trainer progress lines in kubectl logs while the job runs")
     status = run_to_end(cluster, namespace)
     assert status["phase"] == "Succeeded", status
     trainer = parse_trainer_log(worker0_log(cluster, namespace))
     assert trainer.metric_name == "test_accuracy"
     assert trainer.accuracy >= 0.90, trainer
     assert trainer.steps[-1] == 200
+    out = cluster.kubectl("-n", namespace, "logs", "digits-worker-0").stdout
+    assert "[job=digits attempt=0 rank=0] done step=200 test_accuracy=" in out
+    assert "[job=digits attempt=0 rank=2]" not in out  # worker 0 holds ranks 0-1 only
 
 
 def test_killing_a_worker_process_restarts_the_group_once_and_resumes_from_a_checkpoint(
@@ -131,18 +138,6 @@ def test_trainer_exit_1_under_exit_code_policy_fails_with_its_error_in_status_an
     events = json.loads(cluster.kubectl("-n", namespace, "get", "events", "--field-selector",
                                         "involvedObject.kind=DDPJob", "-o", "json").stdout)["items"]
     assert any("corrupt shard 7" in e["message"] for e in events), [e["message"] for e in events]
-
-
-def test_kubectl_logs_shows_the_trainer_output(cluster, operator, namespace):
-    apply_job(cluster, namespace, digits_job(name="logs", steps=60))
-    wait_until(lambda: "[job=logs attempt=0 rank=0] step=" in cluster.kubectl(
-        "-n", namespace, "logs", "logs-worker-0", check=False).stdout, timeout=JOB_TIMEOUT, interval=1,
-        what="trainer progress lines in kubectl logs")
-    status = run_to_end(cluster, namespace, job="logs")
-    assert status["phase"] == "Succeeded", status
-    out = cluster.kubectl("-n", namespace, "logs", "logs-worker-0").stdout
-    assert "[job=logs attempt=0 rank=0] done step=60 test_accuracy=" in out
-    assert "[job=logs attempt=0 rank=2]" not in out  # worker 0 holds ranks 0-1 only
 
 
 @pytest.mark.slow

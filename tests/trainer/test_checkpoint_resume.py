@@ -1,11 +1,15 @@
 """What a resume does with checkpoints it cannot use, in both formats. A checkpoint of another optimizer or model is
 another run's, not a damaged one: the run stops with 65 and deletes nothing (it used to skip every checkpoint as
 "unreadable", start at step 0 and prune them). A damaged newest one gives way to the one before. When none loads,
-the run stops with 66 rather than start at step 0. And fp16's loss scale goes on from the checkpoint."""
+the run stops with 66 rather than start at step 0. And fp16's loss scale goes on from the checkpoint.
+
+Each format's checkpoints come from one run of the module (`trained`), copied for each test that resumes from them:
+a launch costs the seconds of starting torch in three processes, and the runs were the same."""
 
 from __future__ import annotations
 
 import json
+import shutil
 
 import pytest
 import torch
@@ -25,6 +29,24 @@ def ck_run(ck, fmt: str, steps: int, *extra: str) -> list[str]:
                           "--checkpoint.keep", "3", "--log.every-steps", "10", *extra)
 
 
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """{format: a directory with the checkpoints of steps 20, 30 and 40 (keep 3) of a default digits run}."""
+    made = {}
+
+    def get(fmt: str):
+        if fmt not in made:
+            made[fmt] = tmp_path_factory.mktemp(f"trained-{fmt}") / "ck"
+            done = run(ck_run(made[fmt], fmt, 40))
+            assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+        return made[fmt]
+    return get
+
+
+def copy_of(trained, fmt: str, tmp_path):
+    return shutil.copytree(trained(fmt), tmp_path / "ck")
+
+
 def contents(ck) -> dict[str, float]:
     return {p.name: p.stat().st_mtime for p in sorted(ck.iterdir())}
 
@@ -35,16 +57,14 @@ def failed_with(result, code: int, error_file) -> str:
 
 
 @pytest.mark.parametrize("fmt", ["file", "dcp"])
-def test_a_checkpoint_of_another_optimizer_stops_the_run_with_65_and_deletes_nothing(tmp_path, fmt):
-    ck, error_file = tmp_path / "ck", tmp_path / "termination-log"
-    first = run(ck_run(ck, fmt, 40, "--train.optimizer", "sgd"))
-    assert first.returncode == 0, first.stdout[-2000:] + first.stderr[-2000:]
-    before = contents(ck)
-    again = run(ck_run(ck, fmt, 60, "--train.optimizer", "adamw"),
+def test_a_checkpoint_of_another_optimizer_stops_the_run_with_65_and_deletes_nothing(trained, tmp_path, fmt):
+    ck, error_file = copy_of(trained, fmt, tmp_path), tmp_path / "termination-log"
+    before = contents(ck)  # written by adamw, the default
+    again = run(ck_run(ck, fmt, 60, "--train.optimizer", "sgd"),
                 env=trainer_env(TORCHELASTIC_ERROR_FILE=str(error_file)))
     message = failed_with(again, exit_codes.CHECKPOINT_MISMATCH, error_file)
     assert "its entries do not fit this run's model and optimizer: missing optim.state." in message, message
-    assert ".exp_avg" in message and "; unexpected optim.state." in message and ".momentum_buffer" in message
+    assert ".momentum_buffer" in message and "; unexpected optim.state." in message and ".exp_avg" in message
     assert "Was --train.optimizer or the model changed?" in message
     assert "skipping unreadable checkpoint" not in again.stderr
     assert not RESUMED.search(again.stdout) and "step=10/60" not in again.stdout, "it trained from step 0"
@@ -52,26 +72,26 @@ def test_a_checkpoint_of_another_optimizer_stops_the_run_with_65_and_deletes_not
 
 
 DAMAGE = [
-    # format, what is damaged in the newest checkpoint (step 40)
-    ("dcp", "step-000000040.dcp/.metadata"),
-    ("dcp", "step-000000040.dcp/__1_0.distcp"),  # rank 1's shard
-    ("file", "step-000000040.pt"),
+    # format, what is damaged in the newest checkpoint (step 40), how
+    ("dcp", "step-000000040.dcp/.metadata", "removed"),
+    ("dcp", "step-000000040.dcp/__1_0.distcp", "removed"),  # rank 1's shard
+    ("dcp", "step-000000040.dcp/__1_0.distcp", "truncated"),
+    ("file", "step-000000040.pt", "truncated"),
 ]
 
 
-def damage(ck, name: str) -> None:
+def damage(ck, name: str, how: str = "removed") -> None:
     target = ck / name
-    if target.suffix == ".pt":
+    if how == "truncated":
         target.write_bytes(target.read_bytes()[:100])  # what a crash mid-copy or a bad disk leaves
     else:
         target.unlink()
 
 
-@pytest.mark.parametrize("fmt, damaged", DAMAGE, ids=[d[1] for d in DAMAGE])
-def test_a_damaged_newest_checkpoint_gives_way_to_the_one_before(tmp_path, fmt, damaged):
-    ck = tmp_path / "ck"
-    assert run(ck_run(ck, fmt, 40)).returncode == 0
-    damage(ck, damaged)
+@pytest.mark.parametrize("fmt, damaged, how", DAMAGE, ids=[f"{d[1]} {d[2]}" for d in DAMAGE])
+def test_a_damaged_newest_checkpoint_gives_way_to_the_one_before(trained, tmp_path, fmt, damaged, how):
+    ck = copy_of(trained, fmt, tmp_path)
+    damage(ck, damaged, how)
     again = run(ck_run(ck, fmt, 50))
     assert again.returncode == 0, again.stdout[-2000:] + again.stderr[-2000:]
     newest = damaged.split("/")[0]
@@ -81,21 +101,21 @@ def test_a_damaged_newest_checkpoint_gives_way_to_the_one_before(tmp_path, fmt, 
 
 
 @pytest.mark.parametrize("fmt", ["file", "dcp"])
-def test_when_no_checkpoint_loads_the_run_stops_with_66_and_deletes_nothing(tmp_path, fmt):
-    ck, error_file = tmp_path / "ck", tmp_path / "termination-log"
-    assert run(ck_run(ck, fmt, 30)).returncode == 0
-    names = ["step-000000010", "step-000000020", "step-000000030"]
+def test_when_no_checkpoint_loads_the_run_stops_with_66_and_deletes_nothing(trained, tmp_path, fmt):
+    ck, error_file = copy_of(trained, fmt, tmp_path), tmp_path / "termination-log"
+    names = ["step-000000020", "step-000000030", "step-000000040"]
     for name in names:
-        damage(ck, f"{name}.pt" if fmt == "file" else f"{name}.dcp/__0_0.distcp")
+        damage(ck, f"{name}.pt" if fmt == "file" else f"{name}.dcp/__0_0.distcp",
+               "truncated" if fmt == "file" else "removed")
     before = contents(ck)
-    again = run(ck_run(ck, fmt, 40), env=trainer_env(TORCHELASTIC_ERROR_FILE=str(error_file)))
+    again = run(ck_run(ck, fmt, 50), env=trainer_env(TORCHELASTIC_ERROR_FILE=str(error_file)))
     message = failed_with(again, exit_codes.CHECKPOINT_UNREADABLE, error_file)
     suffix = ".pt" if fmt == "file" else ".dcp"
     listed = ", ".join(n + suffix for n in reversed(names))
     assert message.startswith(f"CheckpointUnreadable: no checkpoint in {ck} loads ({listed}; "), message
     assert "refusing to start again at step 0" in message
     assert all(f"skipping unreadable checkpoint {n}{suffix}" in again.stderr for n in names), again.stderr[-3000:]
-    assert "step=10/40" not in again.stdout, "it trained from step 0"
+    assert "step=10/50" not in again.stdout, "it trained from step 0"
     assert contents(ck) == before, "a checkpoint was deleted or written"
 
 
