@@ -13,7 +13,7 @@ import shutil
 
 import pytest
 import torch
-from launch import RESUMED, run, standalone_cmd, trainer_env
+from launch import PROGRESS, RESUMED, run, standalone_cmd, trainer_env
 from test_dcp_checkpoints import one_rank_group  # noqa: F401  (the fixture)
 
 from ddp_trainer import exit_codes
@@ -97,7 +97,8 @@ def test_a_damaged_newest_checkpoint_gives_way_to_the_one_before(trained, tmp_pa
     newest = damaged.split("/")[0]
     assert f"skipping unreadable checkpoint {newest}" in again.stderr, again.stderr[-2000:]
     resumed = RESUMED.search(again.stdout)
-    assert resumed and resumed["step"] == "30", again.stdout
+    assert resumed and resumed["step"] == "30" and resumed["samples"] == str(30 * 64), again.stdout
+    assert [int(m["step"]) for m in PROGRESS.finditer(again.stdout)] == [40, 50]
 
 
 @pytest.mark.parametrize("fmt", ["file", "dcp"])
