@@ -6,7 +6,7 @@
   3. delete pods of earlier attempts (force-deleting only when safe: termination.py) and release their tracking
      finalizers;
   4. deadline, suspend/resume, rescale, and admission by Kueue for a job it governs (kueue_step.py);
-  5. a refused pod's verdict, failure policy (failure_class.py, no_progress.py), success policy, then the
+  5. a refused pod's verdict, the failure policy (failure_policy.py), the success policy, then the
      placement timeout (placement_timeout.py) and an elastic resize (resize_policy.py);
   6. create the headless Service (never adopting another's: ownership.py) and the missing pods;
   7. readiness, phase and progress;
@@ -26,16 +26,15 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-from . import api
+from . import api, failure_policy
 from .admission import kueue, kueue_step
-from .placement import gang, gang_discovery, placement_steps, placement_verdict, resize_policy
-from .placement.capacity import GROW, SHRINK, size_to_start, template_problem
+from .failure_policy import fail
+from .placement import gang, gang_discovery, placement_steps, placement_verdict
+from .placement.capacity import GROW, SHRINK, start_size, template_problem
 from .placement.placement_steps import running as is_running
 from .recovery import (
-    failure_class,
     failures,
     in_place,
-    node_grace,
     pod_rejection,
     recoveries,
     replace_pod,
@@ -43,16 +42,15 @@ from .recovery import (
     termination,
     worker_0_done,
 )
-from .recovery.restart_policy import RESTART, RestartBudget, backoff_seconds, decide_each, decide_restart
 from .state import conditions as c
 from .state.attempt_status import drop_restart_clock, new_group, sized, start_no_sooner
 from .state.owner_refs import tracked
 from .state.plan import Observed, Plan
 from .state.spec import JobSpec, parse_spec
-from .state.status import JobStatus, LastFailure, status_of
+from .state.status import JobStatus, status_of
 from .timefmt import format_time, parse_time
 from .tracking import progress_step
-from .tracking.no_progress import Liveness, decide_no_progress, final_progress, show_progress_unknown, trainer_ready
+from .tracking.no_progress import final_progress
 from .tracking.progress import REJOIN_SCRAPE_SECONDS, metrics_url
 from .workers import builders, ownership, pod_names
 from .workers.builders import JobRef, build_network_policy, build_podgroup, build_service, build_worker_pod
@@ -91,13 +89,7 @@ def initial_status(
         "selector": api.selector(job),
     }
     recorded = _recorded_size(pods or [], attempt=0)
-    return sized(status, spec, recorded if recorded is not None else _start_size(spec, capacity))
-
-
-def _start_size(spec: JobSpec, capacity: int | None) -> int:
-    return size_to_start(
-        desired=spec.replicas, minimum=spec.elastic.min_replicas if spec.elastic else None, fits=capacity
-    )
+    return sized(status, spec, recorded if recorded is not None else start_size(spec, capacity))
 
 
 def _recorded_size(pods: list[dict[str, Any]], attempt: int) -> int | None:
@@ -177,7 +169,7 @@ def _plan_steps(
 
     problem = template_problem(spec.template)
     if problem is not None:  # refused at apply by the CRD now; a job stored before that rule still carries it
-        out = _fail(obs, status, plan, pod_rejection.INVALID_REASON, problem)
+        out = fail(obs, status, plan, pod_rejection.INVALID_REASON, problem)
         out.pop("launchedAttempt", None)
         return out
     for step in (_deadline, _suspend_or_resume, _rescale):
@@ -195,10 +187,12 @@ def _plan_steps(
 
     refusal = pod_rejection.current_refusal(obs, status)
     if refusal is not None and pod_rejection.is_invalid(refusal):
-        out = _fail(obs, status, plan, pod_rejection.INVALID_REASON, pod_rejection.verdict_message(refusal))
+        out = fail(obs, status, plan, pod_rejection.INVALID_REASON, pod_rejection.verdict_message(refusal))
         out.pop("launchedAttempt", None)  # its pods were never all created
         return out
-    new_status = _failure_policy(obs, settings, spec, status, pods, plan, admitted.capacity)
+    new_status = failure_policy.decide(
+        obs, settings.node_lost_grace_seconds, spec, status, pods, plan, admitted.capacity
+    )
     if new_status is not None:
         return new_status
     new_status = _success_policy(obs, spec, status, pods, plan)
@@ -270,7 +264,7 @@ def _deadline(obs: Observed, spec: JobSpec, status: JobStatus, plan: Plan) -> Jo
         plan.requeue(left)
         return None
     message = f"job ran longer than activeDeadlineSeconds ({limit}s)"
-    return _fail(obs, status, plan, "DeadlineExceeded", message)
+    return fail(obs, status, plan, "DeadlineExceeded", message)
 
 
 def _suspend_or_resume(obs: Observed, spec: JobSpec, status: JobStatus, plan: Plan) -> JobStatus | None:
@@ -279,7 +273,7 @@ def _suspend_or_resume(obs: Observed, spec: JobSpec, status: JobStatus, plan: Pl
         # A new attempt number makes every existing pod "earlier", so the next pass deletes them all.
         out = c.enter_phase(status, c.SUSPENDED, "Suspended", "job is suspended; its pods are deleted", obs.now)
         out["attempt"] = status["attempt"] + 1
-        sized(out, spec, _start_size(spec, obs.capacity))
+        sized(out, spec, start_size(spec, obs.capacity))
         out.pop("startTime", None)
         drop_restart_clock(out)
         plan.event(NORMAL, "Suspended", f"suspended; deleting the pods of attempt {status['attempt']}")
@@ -287,7 +281,7 @@ def _suspend_or_resume(obs: Observed, spec: JobSpec, status: JobStatus, plan: Pl
         return out
     if not spec.run_policy.suspend and suspended:
         out = c.enter_phase(status, c.PENDING, "Resumed", "job resumed", obs.now)
-        out = sized(out, spec, _start_size(spec, obs.capacity))
+        out = sized(out, spec, start_size(spec, obs.capacity))
         out = {
             **out,
             "conditions": c.set_condition(out["conditions"], c.SUSPENDED, "False", "Resumed", "job resumed", obs.now),
@@ -297,7 +291,7 @@ def _suspend_or_resume(obs: Observed, spec: JobSpec, status: JobStatus, plan: Pl
         plan.requeue(0)
         return out
     if suspended and status.get("desiredReplicas") != spec.replicas:
-        sized(status, spec, _start_size(spec, obs.capacity))
+        sized(status, spec, start_size(spec, obs.capacity))
     return None
 
 
@@ -305,7 +299,7 @@ def _rescale(obs: Observed, spec: JobSpec, status: JobStatus, plan: Plan) -> Job
     """spec.replicas changed: a new attempt at the new desired size (or what fits of it, for an elastic job)."""
     if status.get("phase") == c.SUSPENDED or status.get("desiredReplicas") == spec.replicas:
         return None
-    size = _start_size(spec, obs.capacity)
+    size = start_size(spec, obs.capacity)
     if spec.elastic is not None and size == status["replicas"] and status.get("launchedAttempt") == status["attempt"]:
         # What fits is what runs: a restart at the same size would cost a resume and gain nothing. The new desired
         # size is the resize policy's to reach when room comes.
@@ -320,171 +314,6 @@ def _rescale(obs: Observed, spec: JobSpec, status: JobStatus, plan: Plan) -> Job
 
 
 # --- 5. failure and success -----------------------------------------------------------------------------------
-def current_failures(
-    obs: Observed, settings: PlannerSettings, spec: JobSpec, status: JobStatus, pods: SortedPods, plan: Plan
-) -> list[failures.Failure]:
-    if worker_0_done.finished_at(spec, pods.current, obs.now) is not None:
-        return []  # InPlace: worker 0 finished the training; what its peers do now is no failure (worker_0_done.py)
-    found = []
-    node_going = False  # a pod's node is NotReady, its grace not over: its loss may be the root cause of the rest
-    for pod in pods.current.values():
-        failure = failures.classify_pod_failure(pod, obs.nodes, obs.now, settings.node_lost_grace_seconds)
-        if failure is not None:
-            found.append(failure)
-        else:
-            node_going = node_grace.requeue_for_grace(obs, settings.node_lost_grace_seconds, pod, plan) or node_going
-    if found and node_going and all(f.kind != failures.NODE_LOST for f in found):
-        # Its peers fail first (their connections reset the moment it goes); decide once the node's grace has
-        # said whether it is lost, so the cause is the node (the platform's), not a peer's exit (the trainer's).
-        return []
-    if status.get("launchedAttempt") == status["attempt"]:
-        being_replaced = replace_pod.not_missing(status)
-        for index in range(status["replicas"]):
-            if index not in pods.current and index not in being_replaced:
-                name = api.worker_name(ref_name(obs), index)
-                found.append(
-                    failures.Failure(
-                        pod=name,
-                        kind=failures.DELETED,
-                        reason="PodMissing",
-                        message="the pod no longer exists",
-                        at=obs.now,
-                    )
-                )
-    if not found:
-        unknown: list[str] = []
-        hung, wait = decide_no_progress(
-            spec.run_policy.progress_deadline_seconds,
-            status.get("phase"),
-            status["attempt"],
-            status.get("progress"),
-            obs.progress,
-            obs.progress_since,
-            obs.now,
-            pod=pods.current[0]["metadata"]["name"] if 0 in pods.current else api.worker_name(ref_name(obs), 0),
-            liveness=Liveness(trainer_ready(pods.current.get(0)), obs.scrapes_current),
-            unknown=unknown,
-        )
-        show_progress_unknown(obs.now, status, unknown, plan)
-        if hung is not None:
-            found.append(hung)
-        elif wait is not None:
-            plan.requeue(wait)
-    return found
-
-
-def _failure_policy(
-    obs: Observed,
-    settings: PlannerSettings,
-    spec: JobSpec,
-    status: JobStatus,
-    pods: SortedPods,
-    plan: Plan,
-    capacity: int | None,
-) -> JobStatus | None:
-    """`capacity`: the pods the job may have now (kueue_step.Admitted), the size of an elastic job's new group."""
-    found = current_failures(obs, settings, spec, status, pods, plan)
-    # A lost Lighthouse has no worker to replace alone: the group is recreated.
-    found += replica_groups.lighthouse_failures(obs, spec, status, settings.node_lost_grace_seconds)
-    if not node_grace.any_in_grace(obs, settings.node_lost_grace_seconds, pods.current.values()):
-        # Nothing is taken in while a node is inside its grace (node_grace.py). A pass that found a lost pod takes
-        # in only what ended pods' records say, not worker 0's scrape: those restarts may be that loss's too.
-        in_place.take_in(obs, spec, status, plan, [f.in_place_restarts for f in found], scraped=not found)
-    if not found:
-        spent = in_place.budget_spent(obs, spec, status)
-        return None if spent is None else _fail_with(obs, status, plan, *spent)
-    settling = failures.deletion_settling(found, obs.now)
-    if settling is not None:
-        plan.requeue(settling)  # the job's or the namespace's own deletion may be about to show: decide nothing
-        return status
-    cause = failures.root_cause(found)
-    kind = failure_class.class_of(cause)
-    counts, was_reset = failure_class.counts_before(status, obs.now, spec.run_policy.healthy_reset_seconds)
-    budget = RestartBudget(limit=spec.run_policy.backoff_limit, used=counts.trainer)
-    platform = RestartBudget(limit=spec.run_policy.platform_failure_limit, used=counts.platform)
-    decision = decide_restart(spec.restart_policy, cause, budget, platform)
-    if decision.action == RESTART and len(found) > 1 and spec.fault_tolerance.torchft:
-        decision = decide_each(spec.restart_policy, spec.run_policy, found, counts.trainer, counts.platform) or decision
-    last_failure: LastFailure = {
-        "pod": cause.pod,
-        "kind": cause.kind,
-        "failureClass": kind,
-        "reason": cause.reason,
-        "message": cause.message,
-        "time": format_time(cause.at or obs.now),
-    }
-    if cause.exit_code is not None:
-        last_failure["exitCode"] = cause.exit_code
-    if decision.action != RESTART:
-        out = _fail(obs, status, plan, decision.reason, decision.message)
-        out["lastFailure"] = last_failure
-        return out
-    trainer, platform_used = (
-        (counts.trainer + 1, counts.platform)
-        if kind == failure_class.TRAINER
-        else (
-            counts.trainer,
-            counts.platform + 1,
-        )
-    )
-    size = status["replicas"]
-    if spec.elastic is not None:
-        size = resize_policy.size_after_taken_back(
-            cause.kind, _start_size(spec, capacity), status["replicas"], spec.elastic.min_replicas
-        )
-    message = decision.message
-    if was_reset:
-        message += f" (budgets reset: the job ran healthy for over {spec.run_policy.healthy_reset_seconds}s)"
-    replaced = copy.deepcopy(status)
-    replaced.update({"restarts": counts.trainer, "platformRestarts": counts.platform})  # the reset, if any
-    if replace_pod.replace_alone(obs.now, spec, found, pods.current, replaced, cause, message, plan, obs.progress):
-        replaced["lastFailure"] = last_failure
-        return replaced
-    recoveries.record(status, obs.now, recoveries.GROUP_RECREATED, cause, message, scraped=obs.progress)
-    if size != status["replicas"]:
-        message += f"; the new group has {size} pods (room for {capacity}), of {spec.replicas} desired"
-    out = sized(c.enter_phase(status, c.RESTARTING, decision.reason, message, obs.now), spec, size)
-    if spec.elastic is not None:
-        resize_policy.remember_taken_back(out, cause.kind, status["replicas"], obs.now, spec.elastic)
-    # The backoff grows with the failures of this class: a preemption storm does not slow a trainer bug's retries
-    # down, nor the other way round.
-    delay = backoff_seconds(
-        spec.run_policy.restart_backoff_seconds, trainer if kind == failure_class.TRAINER else platform_used
-    )
-    out.update(
-        {
-            "attempt": status["attempt"] + 1,
-            "restarts": trainer,
-            "platformRestarts": platform_used,
-            "lastFailure": last_failure,
-        }
-    )
-    out.setdefault("restartingSince", format_time(obs.now))
-    start_no_sooner(out, obs.now, delay)
-    plan.event(WARNING, "Restarting", message)
-    plan.observe("group_restarts", reason=decision.reason)
-    plan.requeue(0)
-    return out
-
-
-def _fail_with(
-    obs: Observed, status: JobStatus, plan: Plan, reason: str, message: str, last_failure: LastFailure
-) -> JobStatus:
-    out = _fail(obs, status, plan, reason, message)
-    out["lastFailure"] = last_failure
-    return out
-
-
-def _fail(obs: Observed, status: JobStatus, plan: Plan, reason: str, message: str) -> JobStatus:
-    out = c.enter_phase(status, c.FAILED, reason, message, obs.now)
-    out["completionTime"] = format_time(obs.now)
-    drop_restart_clock(out)
-    plan.event(WARNING, reason, message)
-    plan.observe("jobs_failed")
-    plan.requeue(0)
-    return out
-
-
 def _success_policy(obs: Observed, spec: JobSpec, status: JobStatus, pods: SortedPods, plan: Plan) -> JobStatus | None:
     replicas = status["replicas"]
     done = [p for p in pods.current.values() if (p.get("status") or {}).get("phase") == "Succeeded"]

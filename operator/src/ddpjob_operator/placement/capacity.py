@@ -16,6 +16,8 @@ from typing import Any
 
 from kubernetes.utils.quantity import parse_quantity
 
+from ..state.spec import JobSpec
+
 Requests = dict[str, Decimal]
 
 GROW = "GrewToFit"  # capacity returned: the group restarts bigger, from its checkpoint (not a failure)
@@ -209,3 +211,10 @@ def size_to_start(*, desired: int, minimum: int | None, fits: int | None) -> int
     if minimum is None or fits is None:
         return desired
     return max(minimum, min(desired, fits))
+
+
+def start_size(spec: JobSpec, capacity: int | None) -> int:
+    """The size a new group starts at: the desired replicas, or for an elastic job what fits, not below its minimum."""
+    return size_to_start(
+        desired=spec.replicas, minimum=spec.elastic.min_replicas if spec.elastic else None, fits=capacity
+    )
