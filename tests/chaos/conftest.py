@@ -32,13 +32,6 @@ class ChaosFigures:
 
 
 @pytest.fixture(scope="session")
-def cluster(second_cluster):
-    """This suite runs on the second control plane, beside the first one's (tests/conftest.py's lanes): the first
-    carries the e2e suite's local nodes, the longest lane, and the chaos jobs need only kwok nodes."""
-    return second_cluster
-
-
-@pytest.fixture(scope="session")
 def crds(cluster):
     install_crds(cluster.kubectl)
 
