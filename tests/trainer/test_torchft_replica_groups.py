@@ -17,9 +17,12 @@ from torchft_launch import group_env, scrape, scraped_step, start_group, start_l
 
 from ddp_trainer.progress_log import HEALED
 
-# The survivor must still be training when the replacement group has started (a Python start of 3.5 s here idle,
-# 12.7 s in a loaded make test, when 5,000 steps ran out first): 15,000 steps leave it about 55 s alone, idle.
-STEPS = 15000
+# The survivor must still be training when the replacement group has joined. Measured here (2-core VM): the
+# replacement joined 12.2 s after the kill, at the survivor's step 1,343, idle, and at step 1,542 beside three busy
+# loops; the survivor steps about 100 times a second alone. 8,000 steps leave it over 5 times that alone, and every
+# step after the heal runs at both groups' slower pace (about 60 a second idle): 15,000 steps took 504 s of a loaded
+# make test. (5,000 ran out first once, in a make test of f398ba8's time, when a whole idle run of them took 44 s.)
+STEPS = 8000
 KILL_AT = 60  # group 1's worker dies once group 0 has logged this step
 ALONE_STEPS = 30  # group 0 must pass the step it had at the kill by this many while group 1 is dead
 HEARTBEAT_TIMEOUT_MS = 1000
@@ -83,7 +86,11 @@ def test_survivor_goes_on_and_a_replacement_heals_live(tmp_path):
 
         # (b) a replacement group 1 heals from group 0, live, at a step past the kill
         again = start_group(envs[1], logs[2], *trainer_args(tmp_path, ports[1]))
-        healed = wait_for_line(logs[2], HEALED, again, timeout=90)
+        try:
+            healed = wait_for_line(logs[2], HEALED, again, timeout=90)
+        except AssertionError:
+            assert groups[0].poll() is None, f"the survivor ran out its {STEPS} steps before the replacement joined"
+            raise
         assert healed["peer"] == "0" and healed["group"] == "1"
         assert int(healed["step"]) > alone, (healed["step"], alone)
         metrics = scrape(ports[1], 1)
