@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from ddpjob_operator.api import GROUP, PLURAL, VERSION
 from support import localnode
 from support.cluster import RENDEZVOUS_PORTS
 from support.operator import OperatorProcess, install_crds
@@ -61,12 +62,13 @@ def apply_job(cluster, namespace: str, job: dict) -> None:
 
 
 def job_status(cluster, namespace: str, name: str) -> dict:
-    out = cluster.kubectl("-n", namespace, "get", "ddpj", name, "-o", "json", check=False)
-    return json.loads(out.stdout).get("status", {}) if out.returncode == 0 else {}
+    job = cluster.get_json(f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/{PLURAL}/{name}")
+    return (job or {}).get("status", {})
 
 
 def pods(cluster, namespace: str, job: str) -> list[dict]:
-    out = cluster.kubectl("-n", namespace, "get", "pods", "-l", f"ddpjob.dev/job-name={job}", "-o", "json")
-    return json.loads(out.stdout)["items"]
+    found = cluster.get_json(f"/api/v1/namespaces/{namespace}/pods", labelSelector=f"ddpjob.dev/job-name={job}")
+    assert found is not None, f"cannot list the pods of {namespace}/{job}"
+    return found["items"]
 
 

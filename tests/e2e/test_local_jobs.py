@@ -25,11 +25,12 @@ JOB_TIMEOUT = float(os.environ.get("E2E_JOB_TIMEOUT", 420))
 def worker0_log(cluster, namespace: str, job: str = "digits") -> str:
     """The log of the job's newest pod 0: `<job>-worker-0`, or another name where a pod on a lost node still held
     that one (pod_names.py)."""
-    found = cluster.kubectl("-n", namespace, "get", "pods", "-l", f"ddpjob.dev/job-name={job},ddpjob.dev/replica-index=0",
-                            "-o", "json", check=False)
-    items = json.loads(found.stdout or "{}").get("items") or []
+    found = cluster.get_json(f"/api/v1/namespaces/{namespace}/pods",
+                             labelSelector=f"ddpjob.dev/job-name={job},ddpjob.dev/replica-index=0")
+    items = (found or {}).get("items") or []
     newest = max(items, key=lambda p: p["metadata"]["creationTimestamp"])["metadata"]["name"] if items else None
-    return cluster.kubectl("-n", namespace, "logs", newest or f"{job}-worker-0", "--timestamps", check=False).stdout
+    log = cluster.get_text(f"/api/v1/namespaces/{namespace}/pods/{newest or f'{job}-worker-0'}/log", timestamps="true")
+    return log or ""
 
 
 def last_step(cluster, namespace: str) -> int:

@@ -7,6 +7,8 @@ is the one `make demo` uses, and the one the local node agents join."""
 
 from __future__ import annotations
 
+import functools
+import json
 import os
 import subprocess
 import time
@@ -45,6 +47,28 @@ class Cluster:
         """The environment a hack/ script (cluster.sh, kueue.sh) runs in for this cluster."""
         return {**os.environ, **self.env, **extra}
 
+    def get_json(self, path: str, **query: str) -> dict | None:
+        """GET an API path (`/api/v1/namespaces/ns/pods`, query as keywords: labelSelector=...), as `kubectl get -o
+        json` prints it, or None when the server answers an error or cannot be reached. For the polls that run every
+        half second while a job trains: a kubectl process costs about 0.1 CPU-s to start, on a machine that make test
+        keeps busy, and this goes over a connection kept open."""
+        text = self.get_text(path, **query)
+        return None if text is None else json.loads(text)
+
+    def get_text(self, path: str, **query: str) -> str | None:
+        """GET an API path's body as text (a pod's log: `/api/v1/namespaces/ns/pods/name/log`), None on an error."""
+        from kubernetes.client.rest import ApiException
+        from urllib3.exceptions import HTTPError
+
+        api = _api_client(self.kubeconfig)
+        try:
+            request = api.param_serialize("GET", path, query_params=list(query.items()), auth_settings=["BearerToken"])
+            response = api.call_api(*request, _request_timeout=60)
+            body = response.read()
+        except (ApiException, HTTPError, OSError):
+            return None
+        return body.decode() if 200 <= response.status < 300 else None
+
     def sh(self, *args: str, env: Mapping[str, str] | None = None, **kwargs) -> subprocess.CompletedProcess:
         """hack/cluster.sh ARGS on this cluster (stop or start a component, status), with env's settings added."""
         return subprocess.run(["bash", str(CLUSTER_SH), *args], env=self.script_env(**(env or {})), **kwargs)
@@ -55,6 +79,15 @@ class Cluster:
             [str(BIN / "kubectl"), "--kubeconfig", str(self.kubeconfig), *args],
             input=input, capture_output=True, text=True, check=check, timeout=timeout,
         )
+
+
+@functools.cache
+def _api_client(kubeconfig: Path):
+    from kubernetes import client, config
+
+    cfg = client.Configuration()
+    config.load_kube_config(config_file=str(kubeconfig), client_configuration=cfg)
+    return client.ApiClient(configuration=cfg)
 
 
 def up(env: Mapping[str, str] | None = None) -> Cluster:
