@@ -45,6 +45,11 @@ def ddpj(cluster, namespace, *args, timeout: float = 60, **kw) -> subprocess.Com
     return kubectl_ddpj(cluster, args[0], "-n", namespace, *args[1:], timeout=timeout, **kw)
 
 
+# The run must still be training when the live view has shown an ETA (two progress scrapes) and worker 1 is killed:
+# 400 steps once ended 15 s after the job was made, on an idle machine, and the kill found no process to kill.
+CLI_STEPS = 2000
+
+
 def digits_args(name: str, namespace: str, steps: int, strategy: str = "Recreate") -> list[str]:
     return ["run", name, "--image", "ghcr.io/ddpjob/ddp-trainer:0.1.0", "-m", "ddp_trainer", "--replicas", "2",
             "--restart-strategy", strategy, "--rendezvous-port", str(30000 + os.getpid() % 2000), *LOCAL, "--",
@@ -79,7 +84,7 @@ def test_run_watch_logs_and_history_follow_a_job_through_a_restart(cluster, oper
     name = "cli"
     env = {"PATH": f"{PLUGIN.parent}:{ROOT / '.cache' / 'bin'}:/usr/bin:/bin", "KUBECONFIG": str(cluster.kubeconfig),
            "TERM": "xterm-256color", "COLUMNS": "160"}
-    args = digits_args(name, namespace, 400)
+    args = digits_args(name, namespace, CLI_STEPS)
     run = " ".join(["kubectl", "ddpj", args[0], "-n", namespace, *args[1:]])
     term = Tmux(f"ddpj-{namespace}", run, env)
     logs = None
@@ -91,7 +96,7 @@ def test_run_watch_logs_and_history_follow_a_job_through_a_restart(cluster, oper
         # The live view once the operator has an ETA: bar, step/total, percent, ETA.
         first = wait_until(lambda: term.showing(r"ETA \d"), timeout=JOB_TIMEOUT,
                            interval=0.5, what="an ETA on the live view")
-        assert "━" in first and re.search(r"step \d+/400\s+\d+%", first), first
+        assert "━" in first and re.search(rf"step \d+/{CLI_STEPS}\s+\d+%", first), first
         step = job_status(cluster, namespace, name)["progress"]["step"]
         victim = wait_until(lambda: find_worker_process(localnode.CLUSTER_DIR, pods(cluster, namespace, name), "1"),
                             timeout=60, what="worker 1's trainer process")
@@ -116,7 +121,7 @@ def test_run_watch_logs_and_history_follow_a_job_through_a_restart(cluster, oper
     text = (tmp_path / "logs.txt").read_text()
     seen = set(re.findall(r"^\[a(\d) w(\d) r(\d)\] ", text, re.M))
     assert {("0", "0", "0"), ("0", "1", "1"), ("1", "0", "0"), ("1", "1", "1")} <= seen, sorted(seen)
-    assert re.search(r"^\[a1 w0 r0\] .*step=400/400", text, re.M), "the new attempt's lines, to the end"
+    assert re.search(rf"^\[a1 w0 r0\] .*step={CLI_STEPS}/{CLI_STEPS}", text, re.M), "the new attempt's lines, to the end"
     assert step > 0
 
     watched = ddpj(cluster, namespace, "watch", name)
