@@ -39,15 +39,7 @@ def second_cluster():
 
 @pytest.fixture(scope="session")
 def kube_api(cluster):
-    from kubernetes import client, config
-
-    return client.ApiClient(configuration=_load(cluster.kubeconfig, config, client))
-
-
-def _load(path, config, client):
-    cfg = client.Configuration()
-    config.load_kube_config(config_file=str(path), client_configuration=cfg)
-    return cfg
+    return local_cluster.api_client(cluster.kubeconfig)
 
 
 @pytest.fixture

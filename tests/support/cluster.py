@@ -60,7 +60,7 @@ class Cluster:
         from kubernetes.client.rest import ApiException
         from urllib3.exceptions import HTTPError
 
-        api = _api_client(self.kubeconfig)
+        api = api_client(self.kubeconfig)
         try:
             request = api.param_serialize("GET", path, query_params=list(query.items()), auth_settings=["BearerToken"])
             response = api.call_api(*request, _request_timeout=60)
@@ -82,7 +82,9 @@ class Cluster:
 
 
 @functools.cache
-def _api_client(kubeconfig: Path):
+def api_client(kubeconfig: Path):
+    """A kubernetes client for a kubeconfig, one per file for the session (the `kube_api` fixture's, and the
+    connection `Cluster.get_json` reads over)."""
     from kubernetes import client, config
 
     cfg = client.Configuration()
