@@ -19,9 +19,26 @@ from test_preemption import PREEMPTED
 
 
 def dcp_run(ck, steps: int, nproc: int, *extra: str) -> list[str]:
-    return standalone_cmd(nproc, "--workload", "digits", "--train.steps", str(steps), "--metrics.port", "0",
-                          "--checkpoint.dir", str(ck), "--checkpoint.format", "dcp", "--checkpoint.every-steps", "10",
-                          "--checkpoint.keep", "2", "--log.every-steps", "10", *extra)
+    return standalone_cmd(
+        nproc,
+        "--workload",
+        "digits",
+        "--train.steps",
+        str(steps),
+        "--metrics.port",
+        "0",
+        "--checkpoint.dir",
+        str(ck),
+        "--checkpoint.format",
+        "dcp",
+        "--checkpoint.every-steps",
+        "10",
+        "--checkpoint.keep",
+        "2",
+        "--log.every-steps",
+        "10",
+        *extra,
+    )
 
 
 def test_every_rank_writes_a_share_and_a_smaller_group_resumes_it(tmp_path):
@@ -32,7 +49,9 @@ def test_every_rank_writes_a_share_and_a_smaller_group_resumes_it(tmp_path):
     assert first.returncode == 0, first.stdout[-2000:] + first.stderr[-2000:]
     assert RESUMED.search(first.stdout)["step"] == "20", "a dcp run goes on from the file checkpoints it finds"
     assert sorted(p.name for p in ck.iterdir() if p.suffix == ".dcp" or p.name.startswith(".")) == [
-        "step-000000030.dcp", "step-000000040.dcp"]  # keep 2, no temp left
+        "step-000000030.dcp",
+        "step-000000040.dcp",
+    ]  # keep 2, no temp left
     shards = sorted(p.name for p in (ck / "step-000000040.dcp").iterdir())
     assert shards == [".metadata", "__0_0.distcp", "__1_0.distcp"], shards  # both ranks wrote a share
     second = run(dcp_run(ck, 60, 1))
@@ -162,6 +181,46 @@ def test_a_save_right_after_an_async_one_and_the_exit_wait_leave_whole_checkpoin
         assert loaded["meta"]["step"] == step
 
 
+def test_where_torchs_stager_cannot_stage_twice_each_async_save_is_staged_by_dcp_and_lands_whole(
+    tmp_path, one_rank_group, monkeypatch
+):
+    """torch 2.11's DefaultStager clears its copier at the end of every stage(): a second save through it failed
+    with KeyError and the trainer hung (an H200 with torch 2.11). Here a stager that does what 2.11's did stands in
+    for it; the locked torch's can stage twice, and the store reuses it."""
+    from torch.distributed.checkpoint.staging import DefaultStager
+
+    from ddp_trainer import checkpoint_dcp
+    from ddp_trainer.checkpoint_dcp import DcpStore
+
+    assert checkpoint_dcp.stager_reusable(), "the locked torch's stager stages twice: the one-copy path is in use"
+    assert DcpStore(tmp_path / "kept", asynchronous=True).stager is not None
+
+    class ClosesAfterEachStage(DefaultStager):
+        def _stage(self, state_dict, **kwargs):
+            staged = super()._stage(state_dict, **kwargs)
+            self._state_dict_stager.close()  # what torch 2.11's DefaultStager._stage ends with
+            return staged
+
+    monkeypatch.setattr(checkpoint_dcp, "DefaultStager", ClosesAfterEachStage)
+    checkpoint_dcp.stager_reusable.cache_clear()
+    try:
+        assert not checkpoint_dcp.stager_reusable()
+        store = DcpStore(tmp_path / "ck", keep=3, asynchronous=True)
+        assert store.stager is None
+        weights = torch.arange(1_000_000, dtype=torch.float32)
+        for step in (10, 20, 30):
+            store.save(step, {"w": weights, "meta": {"step": step}})
+            weights.add_(1.0)
+        assert store.wait() == 30
+    finally:
+        checkpoint_dcp.stager_reusable.cache_clear()
+    for i, (step, path) in enumerate(store.list_steps()):
+        loaded = {"w": torch.zeros(1_000_000), "meta": {"step": 0}}
+        assert store.load(path, loaded) is None
+        assert torch.equal(loaded["w"], torch.arange(1_000_000, dtype=torch.float32) + i), step
+        assert loaded["meta"]["step"] == step
+
+
 def test_a_sync_save_keeps_no_host_buffers_and_writes_the_state(tmp_path, one_rank_group):
     from ddp_trainer.checkpoint_dcp import DcpStore
 
@@ -179,13 +238,21 @@ def test_the_run_figures_are_asked_for_as_they_were_saved_nested():
     """DCP keeps flattened keys: asking for "meta.scheduler" found none, and the schedule and shape were never read."""
     from ddp_trainer.checkpoint_dcp import meta_request
 
-    keys = {"meta.step", "meta.scheduler.peak_lr", "meta.scheduler.anchor_step", "meta.scaler.scale",
-            "meta.not_ours", "model.net.0.weight", "rng.0.torch"}
+    keys = {
+        "meta.step",
+        "meta.scheduler.peak_lr",
+        "meta.scheduler.anchor_step",
+        "meta.scaler.scale",
+        "meta.not_ours",
+        "model.net.0.weight",
+        "rng.0.torch",
+    }
     assert meta_request(keys) == {"step": 0, "scheduler": {"peak_lr": 0, "anchor_step": 0}, "scaler": {"scale": 0}}
 
 
 def test_the_format_follows_the_device():
     from ddp_trainer.trainer import checkpoint_format
+
     cpu, gpu = torch.device("cpu"), torch.device("cuda", 0)
     assert (checkpoint_format("auto", gpu), checkpoint_format("auto", cpu)) == ("dcp", "file")
     assert (checkpoint_format("dcp", cpu), checkpoint_format("file", gpu)) == ("dcp", "file")

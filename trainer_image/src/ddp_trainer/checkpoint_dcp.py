@@ -31,6 +31,7 @@ collectives of the default group."""
 from __future__ import annotations
 
 import errno
+import functools
 import os
 import re
 import shutil
@@ -50,6 +51,28 @@ from .checkpoint import CheckpointDiskFull
 from .fault_tolerance import BATCHES_COMMITTED_KEY
 
 NAME = re.compile(r"^step-(\d{9})\.dcp$")
+
+
+@functools.cache
+def stager_reusable() -> bool:
+    """Whether one DefaultStager can stage twice. torch 2.11's clears its copier at the end of every `stage()`
+    (to break a reference cycle), so a second save through the same stager failed with `KeyError: <class 'type'>`
+    and the trainer hung at its next save (seen on an H200 with torch 2.11: hack/gpu_checks.sh). Asked once, of
+    the torch at hand, on two tiny CPU states."""
+    stager = DefaultStager(
+        StagingOptions(
+            use_pinned_memory=False, use_shared_memory=False, use_async_staging=False, use_non_blocking_copy=False
+        )
+    )
+    state = {"t": torch.zeros(2), "meta": {"step": 1}}
+    try:
+        stager.stage(state)
+        stager.stage(state)
+    except KeyError:
+        return False
+    finally:
+        stager.close()
+    return True
 
 
 def reused_host_stager() -> DefaultStager:
@@ -107,7 +130,9 @@ class DcpStore:
         # Every rank must create it, in the same order (a collective); gloo moves DCP's small plan messages.
         self.group = cast(ProcessGroup | None, dist.new_group(backend="gloo") if dist.is_initialized() else None)
         self.pending: tuple[int, Any] | None = None  # the step and its Future
-        self.stager = reused_host_stager() if asynchronous else None
+        # Where torch's stager cannot be reused, DCP stages each save with one of its own (a copy into fresh host
+        # memory each time); else this one's buffers are reused.
+        self.stager = reused_host_stager() if asynchronous and stager_reusable() else None
 
     def loaded_everywhere(self, error: BaseException | None) -> bool:
         """Whether every rank loaded the checkpoint (`error`: this rank's). The vote is a CPU tensor on the store's
@@ -142,7 +167,7 @@ class DcpStore:
         if self.group is not None:
             dist.barrier(group=self.group)
         try:
-            if self.stager is not None:
+            if self.asynchronous:
                 # Returns once the stager has copied the state (on this thread): its copy is what DCP writes.
                 future = dcp.async_save(state, checkpoint_id=tmp, process_group=self.group, async_stager=self.stager)
                 self.pending = (step, future)
