@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from datetime import timedelta
 
 import pytest
@@ -151,3 +152,37 @@ def test_the_failing_workers_last_lines_lead_the_message(name, log, want_first_l
 def test_the_workers_lines_are_bounded():
     log = "x" * 5000 + "\n" + MISSING_SCRIPT_LOG.split("\n", 1)[1]
     assert len(f.worker_last_lines(log)) == f.WORKER_TAIL_CHARS
+
+
+# Rank 0's error file when rank 1's process was SIGKILLed on another node (two torchrun agents, gloo, torch 2.15).
+PEER_RESET = json.dumps({"message": {"message": (
+    "RuntimeError: [/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:545] Read error "
+    "[127.0.0.1]:10672: Connection reset by peer. This is typically caused by a remote worker hanging or bugs in "
+    "the application. Check the logs of the remote worker before reporting an error. GLHF!"),
+    "extraInfo": {"py_callstack": "Traceback ...", "timestamp": "1"}, "errorCode": 1}})
+NCCL_REMOTE = ("torch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:3690, remote process exited "
+               "or there was a network error, NCCL version 2.28.9\nncclRemoteError: A call failed possibly due to a "
+               "network error or a remote process exiting prematurely.")
+
+
+@pytest.mark.parametrize("name, first, then, want", [
+    # The e2e kubectl ddpj test under load: worker-1's trainer was SIGKILLed, worker-0 read the reset and its pod
+    # ended 2 s before worker-1's agent noticed its own worker's death; worker-0 was named.
+    ("gloo reset beside a SIGKILL", ("a-worker-0", PEER_RESET), ("a-worker-1", KILLED_LOG), "a-worker-1"),
+    ("NCCL remote error beside an exception", ("a-worker-1", NCCL_REMOTE), ("a-worker-0", ERROR_FILE % 3),
+     "a-worker-0"),
+    ("the trainer's PEER_LOST exit beside a crash", ("a-worker-0", ERROR_FILE % 142), ("a-worker-2", ERROR_FILE % 1),
+     "a-worker-2"),
+    ("two peers' symptoms: the earliest", ("a-worker-1", PEER_RESET), ("a-worker-0", NCCL_REMOTE), "a-worker-1"),
+    ("two causes of their own: the earliest", ("a-worker-1", ERROR_FILE % 3), ("a-worker-0", KILLED_LOG),
+     "a-worker-1"),
+])
+def test_a_peers_symptom_is_not_the_root_cause_even_when_its_pod_ended_first(name, first, then, want):
+    (pod_a, message_a), (pod_b, message_b) = first, then
+    early = f.classify_pod_failure(make_pod("a", int(pod_a[-1])).failed(1, finished=10, message=message_a).build(),
+                                   NODES, NOW, 30)
+    late = f.classify_pod_failure(make_pod("a", int(pod_b[-1])).failed(1, finished=8, message=message_b).build(),
+                                  NODES, NOW, 30)
+    assert early.at < late.at
+    assert f.root_cause([early, late]).pod == want
+    assert f.root_cause([late, early]).pod == want

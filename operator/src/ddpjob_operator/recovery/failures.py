@@ -330,18 +330,37 @@ def _trim(text: str) -> str:
 # 128 + SIGTERM: a process that stopped because it was asked to (the trainer's own "preempted, checkpoint written"
 # exit, or torchrun passing on a SIGTERM). It is the answer to a cause, never the cause itself.
 STOPPED_ON_REQUEST = 143
+PEER_LOST = 142  # the trainer's own exit when the node it watches went silent (ddp_trainer/peer_watch.py)
+
+# What a rank reports when another rank's process or node went away first: gloo's connection reset or closed by
+# the peer (torch 2.15: "Read error [10.0.0.5]:47338: Connection reset by peer"), NCCL's remote error or aborted
+# communicator, a socket the peer held. Such a failure is a symptom of a peer's, not a cause of its own.
+_PEER_GONE = re.compile(
+    r"Connection (?:reset|closed) by peer|Broken pipe|remote process exited|ncclRemoteError"
+    r"|NCCL communicator was aborted|DistNetworkError",
+    re.I,
+)
+
+
+def peer_symptom(failure: Failure) -> bool:
+    """The failure says a peer went away first: the trainer's PEER_LOST exit, or a collective's message that the
+    other end is gone."""
+    return failure.exit_code == PEER_LOST or bool(_PEER_GONE.search(failure.message or ""))
 
 
 def root_cause(failures: list[Failure]) -> Failure:
-    """A lost node or an eviction first; then anything but a stop on request (exit 143); then the earliest. The
-    others are usually peers noticing that a rank died (a gloo or NCCL connection reset is reported before the
-    node's loss is, which needs its grace), or ranks that stopped together, checkpoint written, when one pod got
-    SIGTERM: its deletion's time is when the kubelet finished it, which can be after its peers' exits."""
+    """A lost node or an eviction first; then anything but a stop on request (exit 143); then anything but a
+    peer's symptom (a collective's connection reset by the peer); then the earliest. The others are usually peers
+    noticing that a rank died (a gloo or NCCL connection reset is reported before the node's loss is, which needs
+    its grace, and before the killed rank's own pod ends: its agent notices the death at its next monitor tick),
+    or ranks that stopped together, checkpoint written, when one pod got SIGTERM: its deletion's time is when the
+    kubelet finished it, which can be after its peers' exits."""
     return min(
         failures,
         key=lambda f: (
             f.kind not in (NODE_LOST, EVICTED),
             f.exit_code == STOPPED_ON_REQUEST,
+            peer_symptom(f),
             f.at.timestamp() if f.at else float("inf"),
             _index(f.pod),
         ),
