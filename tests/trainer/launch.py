@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 # The trainer's log-line patterns, defined beside their writers; re-exported for the trainer tests.
+from ddp_trainer import warm_workers
 from ddp_trainer.progress_log import DONE, PROGRESS, RESUMED  # noqa: F401
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -30,7 +31,7 @@ def trainer_env(**extra: str) -> dict[str, str]:
 
 
 def standalone_cmd(nproc: int, *trainer_args: str, max_restarts: int = 0) -> list[str]:
-    return [*TORCHRUN, "--standalone", f"--nproc-per-node={nproc}", f"--max-restarts={max_restarts}",
+    return [*DDP_TORCHRUN, "--standalone", f"--nproc-per-node={nproc}", f"--max-restarts={max_restarts}",
             "--monitor-interval=0.5", "-m", "ddp_trainer", *trainer_args]
 
 
@@ -66,6 +67,5 @@ def stop(proc: subprocess.Popen) -> None:
 
 
 def worker_pids(torchrun_pid: int) -> list[int]:
-    """The trainer processes torchrun started (its direct children)."""
-    children = Path(f"/proc/{torchrun_pid}/task/{torchrun_pid}/children")
-    return [int(p) for p in children.read_text().split()] if children.exists() else []
+    """The trainer processes torchrun started: its children, or its fork server's (ddp_trainer/warm_workers.py)."""
+    return warm_workers.worker_pids(torchrun_pid)

@@ -49,6 +49,7 @@ from torch.distributed.elastic.multiprocessing.errors import ChildFailedError, P
 
 from .final_step import TERMINATION_LOG_ENV, is_final_step_record
 from .pid1 import become_init
+from .warm_workers import prepare_fork_server, warm_worker_args
 
 # Enough lines for a short traceback's end; few enough characters that the operator (1024) and the kubelet (4096
 # bytes) keep all of them, so the last line, the cause, is never the one cut.
@@ -73,6 +74,10 @@ def main(argv: list[str] | None = None) -> None:
     if os.environ.get(ERROR_FILE_ENV):
         os.environ.setdefault(TERMINATION_LOG_ENV, os.environ[ERROR_FILE_ENV])
     agent_endpoint = serve_agent_restarts(log_dir, os.environ)
+    warm = warm_worker_args(args)
+    if warm is not None:
+        args = warm
+        prepare_fork_server()
     try:
         torch_run.main(args)
         record_in_place_restarts(log_dir, os.environ.get(ERROR_FILE_ENV, ""), create=True)

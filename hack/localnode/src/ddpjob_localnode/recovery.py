@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ddp_trainer.progress_log import DONE, PROGRESS, READY, RESUMED
+from ddp_trainer.warm_workers import FORK_SERVER_MARK, is_fork_server
 
 from .agent import DDPJOB_LABELS
 
@@ -187,9 +188,9 @@ def _cmdline(pid: int) -> str:
 def find_worker_process(
     cluster_dir: Path, pods: list[dict], replica: str, marker: str = "ddp_trainer"
 ) -> Victim | None:
-    """A trainer worker process (a child of torchrun whose command line holds `marker`) of the running pod with
-    this replica index. The pod's containerID (`local://<pid>`) names the local node's shim; the workers are
-    below it."""
+    """A trainer worker process (a child of torchrun whose command line holds `marker`, or of its fork server:
+    ddp_trainer/warm_workers.py) of the running pod with this replica index. The pod's containerID (`local://<pid>`)
+    names the local node's shim; the workers are below it."""
     for pod in pods:
         if pod["metadata"]["labels"].get(_LABEL["replica"]) != replica:
             continue
@@ -204,8 +205,12 @@ def find_worker_process(
             while todo:
                 pid = todo.pop()
                 todo += [kid for kid, parent in parents.items() if parent == pid]
-                line = _cmdline(pid)
-                if marker in line and "torchrun" not in line and "torchrun" in _cmdline(parents.get(pid, 0)):
+                line, parent = _cmdline(pid), parents.get(pid, 0)
+                if marker not in line:
+                    continue
+                if is_fork_server(parent):
+                    return Victim(pid, "ddp_trainer worker forked by torchrun's fork server")
+                if FORK_SERVER_MARK not in line and "torchrun" not in line and "torchrun" in _cmdline(parent):
                     return Victim(pid, line[:80])
     return None
 
@@ -218,17 +223,21 @@ def _parent(pid: int) -> int:
 
 
 # Run inside a worker pod on a real node (`kubectl exec <pod> -- python -c KILL_TRAINER_WORKERS`, as the image's
-# user): SIGKILL the trainer's worker processes, never torchrun's agent; prints the pids killed. The local node's
-# counterpart is find_worker_process, which walks this machine's /proc from the pod's shim instead.
+# user): SIGKILL the trainer's worker processes (`-m ddp_trainer`, or the children of torchrun's fork server:
+# ddp_trainer/warm_workers.py), never torchrun's agent; prints the pids killed. The local node's counterpart is
+# find_worker_process, which walks this machine's /proc from the pod's shim instead.
 KILL_TRAINER_WORKERS = """
 import os, signal
+from ddp_trainer.warm_workers import FORK_SERVER_MARK, is_fork_server
 killed = []
 for pid in filter(str.isdigit, os.listdir("/proc")):
     try:
         argv = open(f"/proc/{pid}/cmdline", "rb").read().split(b"\\0")
-    except OSError:
+        parent = int(open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[1])
+    except (OSError, IndexError, ValueError):
         continue
-    if b"ddp_trainer" in argv and b"ddp_trainer.torchrun" not in argv and int(pid) != 1:
+    harness = b"ddp_trainer" in argv and b"ddp_trainer.torchrun" not in argv
+    if int(pid) != 1 and (harness or is_fork_server(parent)):
         os.kill(int(pid), signal.SIGKILL)
         killed.append(pid)
 print(" ".join(killed))
