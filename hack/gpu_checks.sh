@@ -6,7 +6,9 @@
 #   2. the harness through torchrun on NCCL, as the image runs it (compile on by default, the micro-batch `auto`):
 #      the compile time apart, phase times read from CUDA events, DCP checkpoints, then a resume that keeps the
 #      micro-batch the first run probed;
-#   3. the step stall of a periodic checkpoint by format (file, dcp, dcp async) on the GPU.
+#   3. the step stall of a periodic checkpoint by format (file, dcp, dcp async) on the GPU;
+#   4. an in-place restart under `python -m ddp_trainer.torchrun`: the worker forked from the warm fork server gets
+#      CUDA at its start and again after a SIGKILL, against the same run with DDP_TRAINER_WARM_WORKERS=0.
 # Usage: OUT=dir bash hack/gpu_checks.sh 2>&1 | tee dir/all.log   (python3 with torch, prometheus-client and pyyaml; no cluster needed)
 set -u
 out=${OUT:-/tmp/gpu-checks}
@@ -16,7 +18,7 @@ export PYTHONPATH="$root/trainer_image/src:$root/bench" PYTHONUNBUFFERED=1
 py=${PYTHON:-python3}
 scale=${GPU_CHECKS_SCALE:-1}  # 0: a quick rehearsal on CPU (tiny sizes, few steps)
 step() { echo ">> $(date +%T) $*"; }
-want() { [[ " ${GPU_CHECKS_STEPS:-1 2 3} " == *" $1 "* ]]; }  # GPU_CHECKS_STEPS="2 3": only those
+want() { [[ " ${GPU_CHECKS_STEPS:-1 2 3 4} " == *" $1 "* ]]; }  # GPU_CHECKS_STEPS="2 3": only those
 
 step "the machine"
 {
@@ -31,12 +33,16 @@ if [ "$scale" = 0 ]; then
   run_args=(--workload gpt --model.preset tiny --train.steps 20 --log.every-steps 5 --checkpoint.every-steps 10)
   resume_steps=30
   stall_args=(--layers 1 --width 128 --steps 4 --every 2 --rounds 1)
+  warm_args=(--kill-at 10 -- --workload gpt --model.preset tiny --train.steps 30 --log.every-steps 5
+    --checkpoint.every-steps 5)
 else
   bench_args=(--preset small)
   run_args=(--workload gpt --model.preset small --train.batch-size-per-rank 64 --train.micro-batch-size auto
     --train.steps 300 --log.every-steps 50 --checkpoint.every-steps 100)
   resume_steps=400
   stall_args=()
+  warm_args=(--kill-at 150 -- --workload gpt --model.preset small --train.batch-size-per-rank 16
+    --train.steps 300 --log.every-steps 50 --checkpoint.every-steps 100)
 fi
 
 if want 1; then
@@ -76,5 +82,11 @@ if want 3; then
   step "3. checkpoint stall ${stall_args[*]}"
   timeout "${GPU_CHECKS_STALL_SECONDS:-150}" "$py" -m torch.distributed.run --standalone --nproc-per-node 1 \
     "$root/bench/checkpoint_stall.py" --out "$out/checkpoint_stall.json" "${stall_args[@]}" 2>&1
+fi
+if want 4; then
+  step "4. an in-place restart, warm fork server and cold: ${warm_args[*]}"
+  timeout "${GPU_CHECKS_WARM_SECONDS:-400}" "$py" "$root/bench/warm_workers_restart.py" \
+    --out "$out/warm_workers_restart.json" "${warm_args[@]}" 2>&1
+  echo "exit $?"
 fi
 step "done"
