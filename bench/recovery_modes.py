@@ -65,6 +65,7 @@ MODES = ("Recreate", "InPlace", "TorchFT")
 JOB = "rec"
 LAST_CALL: int | None = None  # --last-call: rendezvous.lastCallTimeoutSeconds for every run (unset: the operator's)
 PEER_TIMEOUT: int | None = None  # --peer-timeout: DDP_TRAINER_PEER_TIMEOUT_SECONDS in the template
+COLD_WORKERS = False  # --cold-workers: DDP_TRAINER_WARM_WORKERS=0 in the template
 REAL_CHECKPOINTS = Path("/var/lib/ddpjob-bench-recovery")  # a hostPath both real nodes see (they share this disk)
 
 
@@ -178,6 +179,8 @@ def manifest(mode: str, steps: int) -> dict:
     container = spec["template"]["spec"]["containers"][0]
     if PEER_TIMEOUT is not None:
         container.setdefault("env", []).append({"name": "DDP_TRAINER_PEER_TIMEOUT_SECONDS", "value": str(PEER_TIMEOUT)})
+    if COLD_WORKERS:  # each worker an interpreter of its own, as before the warm fork server (warm_workers.py)
+        container.setdefault("env", []).append({"name": "DDP_TRAINER_WARM_WORKERS", "value": "0"})
     args = [
         a
         for a in container["args"]
@@ -188,7 +191,8 @@ def manifest(mode: str, steps: int) -> dict:
     container["args"] = [
         *args,
         "--train.global-batch-size=96",
-        f"--train.steps={steps}",
+        # TorchFT's survivors never stop: at 900 steps they finished a kill's run before its replacement healed.
+        f"--train.steps={steps * 3 if mode == 'TorchFT' else steps}",
         "--checkpoint.every-steps=50",
         "--log.every-steps=5",
     ]
@@ -403,9 +407,10 @@ def main() -> int:
     parser.add_argument("--modes", nargs="+", choices=MODES, default=list(MODES))
     parser.add_argument("--last-call", type=int, default=None, help="rendezvous.lastCallTimeoutSeconds")
     parser.add_argument("--peer-timeout", type=int, default=None, help="InPlace's DDP_TRAINER_PEER_TIMEOUT_SECONDS")
+    parser.add_argument("--cold-workers", action="store_true", help="DDP_TRAINER_WARM_WORKERS=0: no fork server")
     args = parser.parse_args()
-    global LAST_CALL, NODES, PEER_TIMEOUT
-    LAST_CALL, PEER_TIMEOUT = args.last_call, args.peer_timeout
+    global COLD_WORKERS, JOB, LAST_CALL, NODES, PEER_TIMEOUT
+    LAST_CALL, PEER_TIMEOUT, COLD_WORKERS = args.last_call, args.peer_timeout, args.cold_workers
     NODES = RealNodes() if args.nodes == "real" else LocalNodes()
     steps = args.steps or (6000 if args.nodes == "real" else 900)
     out = args.out or ROOT / "bench" / "results" / f"recovery_modes{'_real' if args.nodes == 'real' else ''}.json"
@@ -423,6 +428,10 @@ def main() -> int:
             for mode in modes:
                 if fault == "lighthouse" and mode != "TorchFT":
                     continue  # only TorchFT has a Lighthouse; its row is compared with Recreate's lost node
+                # A job of its own per run, so a checkpoint directory of its own: each run trains from step 0.
+                # (With one name, each run resumed where the last had stopped, and a run after a TorchFT one that
+                # had finished the steps found nothing left to train and timed out waiting for step 100.)
+                JOB = f"rec-{mode.lower()}-{fault}"
                 try:
                     rows.append(one_run(c, ns, mode, fault, nodes, steps))
                 except AssertionError as err:  # a row that never recovered is a finding: say it, run the rest
@@ -434,7 +443,7 @@ def main() -> int:
         # Leave the machine as found: a cluster left up holds the ports the test suite's own cluster needs.
         NODES.down(c)
         if c.started_here:
-            local_cluster.down()
+            local_cluster.down(c)
         save(out, rows)  # what was measured, also when a row failed (its error is the traceback above)
     for row in rows:
         if "error" in row:
