@@ -70,7 +70,7 @@ def worker_pids(agent_pid: int, proc: Path = Path("/proc")) -> list[int]:
     warm fork server, that server's (the server and multiprocessing's resource tracker are not workers)."""
     found: list[int] = []
     for kid in _children(agent_pid, proc):
-        line = _cmdline(kid, proc)
+        line = cmdline(kid, proc)
         if FORK_SERVER_MARK in line:
             found += _children(kid, proc)
         elif RESOURCE_TRACKER_MARK not in line:
@@ -81,10 +81,11 @@ def worker_pids(agent_pid: int, proc: Path = Path("/proc")) -> list[int]:
 def is_fork_server(pid: int, proc: Path = Path("/proc")) -> bool:
     """Whether `pid` is a fork server. Its children, the workers, keep its command line: the server is the one
     whose parent's is another."""
-    return FORK_SERVER_MARK in _cmdline(pid, proc) and FORK_SERVER_MARK not in _cmdline(_parent(pid, proc), proc)
+    return FORK_SERVER_MARK in cmdline(pid, proc) and FORK_SERVER_MARK not in cmdline(parent_pid(pid, proc), proc)
 
 
-def _parent(pid: int, proc: Path) -> int:
+def parent_pid(pid: int, proc: Path = Path("/proc")) -> int:
+    """`pid`'s parent, 0 when it is gone (the local node's process walk uses it too)."""
     try:
         return int((proc / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[1])
     except (OSError, IndexError, ValueError):
@@ -98,7 +99,8 @@ def _children(pid: int, proc: Path) -> list[int]:
         return []
 
 
-def _cmdline(pid: int, proc: Path) -> str:
+def cmdline(pid: int, proc: Path = Path("/proc")) -> str:
+    """`pid`'s command line, its arguments joined by spaces; "" when it is gone."""
     try:
         return (proc / str(pid) / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
     except OSError:

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ddp_trainer.progress_log import DONE, PROGRESS, READY, RESUMED
-from ddp_trainer.warm_workers import FORK_SERVER_MARK, is_fork_server
+from ddp_trainer.warm_workers import FORK_SERVER_MARK, cmdline, is_fork_server, parent_pid
 
 from .agent import DDPJOB_LABELS
 
@@ -174,15 +174,8 @@ def _parents() -> dict[int, int]:
     found = {}
     for proc in Path("/proc").iterdir():
         if proc.name.isdigit():
-            found[int(proc.name)] = _parent(int(proc.name))
+            found[int(proc.name)] = parent_pid(int(proc.name))
     return found
-
-
-def _cmdline(pid: int) -> str:
-    try:
-        return (Path("/proc") / str(pid) / "cmdline").read_bytes().replace(b"\0", b" ").decode().strip()
-    except OSError:
-        return ""
 
 
 def find_worker_process(
@@ -205,21 +198,14 @@ def find_worker_process(
             while todo:
                 pid = todo.pop()
                 todo += [kid for kid, parent in parents.items() if parent == pid]
-                line, parent = _cmdline(pid), parents.get(pid, 0)
+                line, parent = cmdline(pid), parents.get(pid, 0)
                 if marker not in line:
                     continue
                 if is_fork_server(parent):
                     return Victim(pid, "ddp_trainer worker forked by torchrun's fork server")
-                if FORK_SERVER_MARK not in line and "torchrun" not in line and "torchrun" in _cmdline(parent):
+                if FORK_SERVER_MARK not in line and "torchrun" not in line and "torchrun" in cmdline(parent):
                     return Victim(pid, line[:80])
     return None
-
-
-def _parent(pid: int) -> int:
-    try:
-        return int((Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[1])
-    except (OSError, IndexError, ValueError):
-        return 0
 
 
 # Run inside a worker pod on a real node (`kubectl exec <pod> -- python -c KILL_TRAINER_WORKERS`, as the image's
@@ -228,7 +214,7 @@ def _parent(pid: int) -> int:
 # find_worker_process, which walks this machine's /proc from the pod's shim instead.
 KILL_TRAINER_WORKERS = """
 import os, signal
-from ddp_trainer.warm_workers import FORK_SERVER_MARK, is_fork_server
+from ddp_trainer.warm_workers import FORK_SERVER_MARK, cmdline, is_fork_server, parent_pid
 killed = []
 for pid in filter(str.isdigit, os.listdir("/proc")):
     try:
