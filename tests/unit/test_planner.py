@@ -228,6 +228,23 @@ def test_a_pod_deleted_by_someone_else_is_judged_after_the_deletion_settles():
     assert plan_for(job, pods).status["phase"] == "Restarting"
 
 
+def test_a_survivors_peer_symptom_waits_for_the_pod_whose_rank_died_first():
+    # Worker 1's trainer was killed; worker 0's collective saw the reset and its pod ended first, while worker 1's
+    # agent had yet to notice. Deciding then would name the survivor, a trainer failure of its own.
+    job = make_job("a").replicas(2).restart_backoff(0).running().status(observedGeneration=1)
+    reset = "RuntimeError: [gloo] Read error [10.0.0.5]:47338: Connection reset by peer"
+    survivor = make_pod("a", 0).failed(1, message=reset, finished=3).build()
+    plan = plan_for(job, [survivor, make_pod("a", 1).build()])
+    assert plan.status is None and plan.requeue_after == pytest.approx(7, abs=0.5)
+    killed = make_pod("a", 1).failed(137, signal=9, finished=1).build()
+    s = plan_for(job, [survivor, killed]).status
+    assert s["phase"] == "Restarting" and s["lastFailure"]["pod"] == "a-worker-1", s["lastFailure"]
+    # The wait has an end: a peer that never fails does not hold the decision back.
+    late = make_pod("a", 0).failed(1, message=reset, finished=11).build()
+    s = plan_for(job, [late, make_pod("a", 1).build()]).status
+    assert s["phase"] == "Restarting" and s["lastFailure"]["pod"] == "a-worker-0"
+
+
 def test_missing_pod_of_a_launched_attempt_is_a_failure():
     job = make_job("a").replicas(2).restart_backoff(0).running()
     plan = plan_for(job, [make_pod("a", 0).build()])

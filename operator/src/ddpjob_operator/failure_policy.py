@@ -113,6 +113,16 @@ def decide(
     if settling is not None:
         plan.requeue(settling)  # the job's or the namespace's own deletion may be about to show: decide nothing
         return status
+    if not spec.fault_tolerance.torchft:  # replica groups fail on their own: a group's exit is its own cause
+        failed = {f.pod for f in found}
+        others_running = any(
+            p["metadata"]["name"] not in failed and (p.get("status") or {}).get("phase") == "Running"
+            for p in pods.current.values()
+        )
+        settling = failures.peer_symptoms_settling(found, others_running, obs.now)
+        if settling is not None:
+            plan.requeue(settling)  # the pod whose rank died first is about to end: decide on its failure
+            return status
     cause = failures.root_cause(found)
     kind = failure_class.class_of(cause)
     counts, was_reset = failure_class.counts_before(status, obs.now, spec.run_policy.healthy_reset_seconds)

@@ -348,6 +348,23 @@ def peer_symptom(failure: Failure) -> bool:
     return failure.exit_code == PEER_LOST or bool(_PEER_GONE.search(failure.message or ""))
 
 
+# When the only failures are peers' symptoms (a collective's "Connection reset by peer"), the rank that died first
+# is usually in a pod still shown Running: its torchrun agent notices the death at its next monitor tick and its
+# pod ends a few seconds after the survivors'. Deciding at once would name a survivor as the cause and charge the
+# wrong class; the decision waits this long from the first symptom for the pod that caused it, then goes ahead.
+PEER_SETTLE_SECONDS = 10.0
+
+
+def peer_symptoms_settling(found: list[Failure], others_running: bool, now: datetime) -> float | None:
+    """Seconds to wait before acting on these failures: only while every one is a peer's symptom and another pod
+    of the attempt still runs, up to PEER_SETTLE_SECONDS from the first."""
+    if not found or not others_running or not all(peer_symptom(f) and f.at is not None for f in found):
+        return None
+    first = min(f.at for f in found if f.at is not None)
+    left = PEER_SETTLE_SECONDS - (now - first).total_seconds()
+    return left if left > 0 else None
+
+
 def root_cause(failures: list[Failure]) -> Failure:
     """A lost node or an eviction first; then anything but a stop on request (exit 143); then anything but a
     peer's symptom (a collective's connection reset by the peer); then the earliest. The others are usually peers
