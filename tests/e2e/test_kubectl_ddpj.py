@@ -1,6 +1,7 @@
 """`kubectl ddpj` (operator/src/ddpjob_operator/cli) against the local cluster and real torchrun groups on the
 local node: `run` creates a job and shows it live in a real terminal (tmux, read back with capture-pane), a worker
-process is killed mid-run, `logs -f` follows both attempts, `history` lists the restart, `watch` exits with the
+process is killed mid-run and the group recreated from its checkpoint (the e2e kill scenario), `logs -f` follows
+both attempts, `history` lists the restart, `watch` exits with the
 job's outcome, and `why` names what holds a job back. Bad input ends with a message and exit code 2."""
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from ddpjob_localnode.recovery import find_worker_process
 from support import localnode
 from support.cluster import wait_until
 from support.identity import make_identity
-from test_local_jobs import JOB_TIMEOUT
+from test_local_jobs import JOB_TIMEOUT, assert_resumed_and_finished
 
 ROOT = Path(__file__).resolve().parents[2]
 PLUGIN = ROOT / ".venv" / "bin" / "kubectl-ddpj"
@@ -117,6 +118,9 @@ def test_run_watch_logs_and_history_follow_a_job_through_a_restart(cluster, oper
             logs.kill()
     status = job_status(cluster, namespace, name)
     assert status["phase"] == "Succeeded" and status["attempt"] == 1 and status["progress"]["percent"] == 100
+    # The killed process is the trainer's failure, charged once; the new attempt resumed from a checkpoint, not
+    # from step 0, and trained to the end (the e2e kill scenario: this run is it, seen through the CLI).
+    assert_resumed_and_finished(cluster, namespace, status, CLI_STEPS, job=name)
 
     text = (tmp_path / "logs.txt").read_text()
     seen = set(re.findall(r"^\[a(\d) w(\d) r(\d)\] ", text, re.M))
