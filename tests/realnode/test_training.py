@@ -194,9 +194,12 @@ def test_recreate_a_killed_container_restarts_the_group_from_its_checkpoint(
         cluster, namespace, real_nodes, trainer_image, operator):
     """Recreate (the default): a trainer killed in one pod fails that pod's container (137, not an OOM kill); the
     operator recreates the group as a new attempt from the newest checkpoint on the shared hostPath."""
+    # 2,000 steps and the kill once the operator itself has read a step: on an idle machine the trainer logged step
+    # 60 before the operator's first scrape (every 2 s), and the recovery had no step to count from.
     cluster.kubectl("-n", namespace, "apply", "-f", "-", input=json.dumps(digits_job(trainer_image, "recreate",
-                                                                                     steps=400)))
-    wait_step(cluster, namespace, "recreate", 60)
+                                                                                     steps=2000)))
+    wait_until(lambda: status_of(cluster, namespace, "recreate").get("progress", {}).get("step", 0) >= 60,
+               timeout=JOB_TIMEOUT, interval=0.5, what="recreate's step 60 in status.progress")
     cluster.kubectl("-n", namespace, "exec", "recreate-worker-1", "--", "python", "-c", KILL_WORKERS)
     status = finished(cluster, namespace, "recreate")
     assert status["phase"] == "Succeeded", status
