@@ -110,19 +110,13 @@ def decide(
         spent = in_place.budget_spent(obs, spec, status)
         return None if spent is None else fail_with(obs, status, plan, *spent)
     settling = failures.deletion_settling(found, obs.now)
+    if settling is None and not spec.fault_tolerance.torchft:  # a replica group's exit is its own cause
+        settling = failures.peer_symptoms_settling(found, pods.current.values(), obs.now)
     if settling is not None:
-        plan.requeue(settling)  # the job's or the namespace's own deletion may be about to show: decide nothing
+        # The job's or the namespace's own deletion may be about to show, or the pod whose rank died first is
+        # about to end: decide nothing yet.
+        plan.requeue(settling)
         return status
-    if not spec.fault_tolerance.torchft:  # replica groups fail on their own: a group's exit is its own cause
-        failed = {f.pod for f in found}
-        others_running = any(
-            p["metadata"]["name"] not in failed and (p.get("status") or {}).get("phase") == "Running"
-            for p in pods.current.values()
-        )
-        settling = failures.peer_symptoms_settling(found, others_running, obs.now)
-        if settling is not None:
-            plan.requeue(settling)  # the pod whose rank died first is about to end: decide on its failure
-            return status
     cause = failures.root_cause(found)
     kind = failure_class.class_of(cause)
     counts, was_reset = failure_class.counts_before(status, obs.now, spec.run_policy.healthy_reset_seconds)

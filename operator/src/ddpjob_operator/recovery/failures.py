@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -355,10 +356,13 @@ def peer_symptom(failure: Failure) -> bool:
 PEER_SETTLE_SECONDS = 10.0
 
 
-def peer_symptoms_settling(found: list[Failure], others_running: bool, now: datetime) -> float | None:
+def peer_symptoms_settling(found: list[Failure], pods: Iterable[dict[str, Any]], now: datetime) -> float | None:
     """Seconds to wait before acting on these failures: only while every one is a peer's symptom and another pod
-    of the attempt still runs, up to PEER_SETTLE_SECONDS from the first."""
-    if not found or not others_running or not all(peer_symptom(f) and f.at is not None for f in found):
+    of the attempt (`pods`) still runs, up to PEER_SETTLE_SECONDS from the first."""
+    if not found or not all(peer_symptom(f) and f.at is not None for f in found):
+        return None
+    failed = {f.pod for f in found}
+    if not any(p["metadata"]["name"] not in failed and (p.get("status") or {}).get("phase") == "Running" for p in pods):
         return None
     first = min(f.at for f in found if f.at is not None)
     left = PEER_SETTLE_SECONDS - (now - first).total_seconds()
