@@ -452,20 +452,34 @@ freezer() { # freezer I FROZEN|THAWED: node I's pods (every process under its cg
   echo "$2" >"$f"
 }
 
+shims_gone() { ! pgrep -f "$1" >/dev/null; }
+
+unbound_shim_sockets() { # sockets in containerd's shim directory that no process listens on: a killed shim's
+  local s
+  [[ -d /run/containerd/s ]] || return 0
+  for s in /run/containerd/s/*; do
+    [[ -S $s ]] && ! awk -v path="$s" '$8 == path {found = 1} END {exit !found}' /proc/net/unix && echo "$s"
+  done
+  true
+}
+
 remove_node() { # everything node I made, whether or not its daemons still run
   local i=$1 name d
   name=$(name_of "$i") d=$(node_dir "$i")
   # A frozen process takes no signal until thawed: nothing below could stop it.
   freezer "$i" THAWED 2>/dev/null || true
   stop_pid "$name-kubelet"
+  local pids shim_pattern="containerd-shim-runc-v2 .*-address $run_dir/node-$i/"
   if pid_alive "$name-containerd"; then
-    # Pod sandboxes first: their network namespaces, CNI addresses and mounts go with them.
+    # Pod sandboxes first: their network namespaces, CNI addresses and mounts go with them, and their shims exit
+    # (removing their sockets) in a moment.
     crictl_ "$i" rmp --all --force >/dev/null 2>&1 || true
+    wait_for 10 "$name's shims to exit" shims_gone "$shim_pattern" || true
   fi
   stop_pid "$name-containerd"
-  # Shims outlive containerd by design; kill them and the containers under them.
-  local pids
-  pids=$(pgrep -f "containerd-shim-runc-v2 .*-address $run_dir/node-$i/" || true)
+  # Shims outlive containerd by design: those left are killed with the containers under them (down() removes the
+  # sockets they leave).
+  pids=$(pgrep -f "$shim_pattern" || true)
   for pid in $pids; do pkill -KILL -P "$pid" 2>/dev/null || true; kill -KILL "$pid" 2>/dev/null || true; done
   # Mounts under the node's directories (overlay rootfs, shm, volumes, netns bind mounts), deepest first.
   local m
@@ -495,7 +509,10 @@ down() {
   done
   close_forwarding
   rm -rf "$nodes_dir" "$run_dir"
-  # The shims' socket directory is containerd's own (/run/containerd/s, whatever the state dir): empty now.
+  # The shims' socket directory is containerd's own (/run/containerd/s, whatever the state dir). A shim killed
+  # above, or by a crash before this `down`, left its socket with no one listening on it: removed, as its exit
+  # would have. A socket a live shim listens on (another containerd's) is kept.
+  for s in $(unbound_shim_sockets); do rm -f "$s"; done
   [[ -d /run/containerd ]] && find /run/containerd -depth -type d -empty -delete 2>/dev/null || true
   log "real nodes stopped and their state removed"
 }
@@ -508,7 +525,7 @@ left() { # what of the real nodes is still on this machine: empty after `down`
   ip -o link show 2>/dev/null | awk -F': ' '{print $2}' | grep -E '^ddpjbr[0-9]+' || true
   ls -d /sys/fs/cgroup/*/ddpjob-realnode-* 2>/dev/null || true
   iptables -w -n -L "$CHAIN" >/dev/null 2>&1 && echo "iptables chain $CHAIN" || true
-  [[ -d /run/containerd/s ]] && find /run/containerd/s -mindepth 1 || true
+  unbound_shim_sockets
   for ns in $(ip netns list 2>/dev/null | awk '{print $1}' | grep '^cni-' || true); do
     ip netns exec "$ns" ip -4 -o addr 2>/dev/null | grep -q ' 10\.244\.' && echo "netns $ns"
   done
