@@ -169,37 +169,54 @@ def test_in_place_a_lost_nodes_pod_is_replaced_alone_the_others_train_on_at_2_an
         cluster, operator, namespace, three_local_nodes):
     """InPlace, elastic 2..3, the node of worker 2 stops (no out-of-service taint): worker 2 alone is replaced, the
     two others keep their pods and train on at 2 meanwhile (their agents accept 2..3 nodes); the replacement waits
-    for room (one pod per node), the node returns, and the group takes it back at 3, still attempt 0."""
-    job = elastic_job()
+    for room (one pod per node), the node returns, and the group takes it back at 3, still attempt 0.
+    The job trains until the test has seen that: sized by steps (900), the survivors at 2 finished first on CI as
+    the node came back (the replacement then found their rendezvous closed: test_in_place_policy.py). A replaced
+    pod's job ending Succeeded is test_in_place.py's."""
+    job = elastic_job(steps=1_000_000)
     job["spec"]["runPolicy"] = {**job["spec"].get("runPolicy", {}), "restartStrategy": "InPlace"}
-    args = job["spec"]["template"]["spec"]["containers"][0]["args"]
-    args[:] = [a if not a.startswith("--train.steps=") else "--train.steps=900" for a in args]  # outlasts the loss
     apply_job(cluster, namespace, job)
-    status = wait_size(cluster, namespace, 3)
+    wait_size(cluster, namespace, 3)
     wait_until(lambda: (parse_trainer_log(worker0_log(cluster, namespace, "el")).steps or [0])[-1] >= 40,
                timeout=JOB_TIMEOUT, interval=0.5, what="step 40 at size 3")
     first = {p["metadata"]["name"]: p for p in _current_pods(cluster, namespace, 0)}
     lost = first["el-worker-2"]["spec"]["nodeName"]
     index = _agent_index(lost, three_local_nodes)
+
+    def worlds() -> list[int]:
+        return [int(m["world"]) for m in SIZED.finditer(worker0_log(cluster, namespace, "el"))]
+
     (localnode.stop if index == 0 else lambda: localnode.stop_extra(index))()
     try:
         replacing = wait_until(lambda: (s := job_status(cluster, namespace, "el")).get("replacing") and s,
                                timeout=JOB_TIMEOUT, interval=0.5, what="worker 2 being replaced")
         assert replacing["replacing"] == {"2": first["el-worker-2"]["metadata"]["uid"]}
         assert replacing["attempt"] == 0 and replacing["phase"] == "Running", replacing
-        worlds = wait_until(lambda: [int(m["world"]) for m in SIZED.finditer(worker0_log(cluster, namespace, "el"))
-                                     if int(m["world"]) == 2] or None,
-                            timeout=JOB_TIMEOUT, what="the survivors training on at 2")
-        assert worlds
+        wait_until(lambda: 2 in worlds() or None, timeout=JOB_TIMEOUT, what="the survivors training on at 2")
     finally:
         if index == 0:
             localnode.start(cluster)
         else:
             localnode.start_extra(cluster, index, nodes=3)
-    status = run_to_end(cluster, namespace, job="el")
-    assert status["phase"] == "Succeeded", status
-    assert status["attempt"] == 0 and status["platformRestarts"] == 1, status
+    seen = wait_until(lambda: (w := worlds()) and 2 in w and 3 in w[w.index(2):] and w, timeout=JOB_TIMEOUT,
+                      what="the group back at 3 after training at 2")
+    assert seen[0] == 3 and 2 in seen, seen
+
+    def recovered():
+        s = job_status(cluster, namespace, "el")
+        return any("recoverySeconds" in r for r in s.get("recoveries") or []) and not s.get("replacing") and s
+
+    status = wait_until(recovered, timeout=JOB_TIMEOUT, interval=0.5, what="the replacement's recovery closed")
+    assert (status["phase"], status["attempt"], status["platformRestarts"]) == ("Running", 0, 1), status
+    assert [r["how"] for r in status["recoveries"]] == ["PodReplaced"], status["recoveries"]
     now = {p["metadata"]["name"]: p["metadata"]["uid"] for p in _current_pods(cluster, namespace, 0)}
     for name in ("el-worker-0", "el-worker-1"):
         assert now[name] == first[name]["metadata"]["uid"], f"{name} was never replaced"
-    assert [r["how"] for r in status["recoveries"]] == ["PodReplaced"], status["recoveries"]
+    # The three train on together.
+    at_join = parse_trainer_log(worker0_log(cluster, namespace, "el")).steps[-1]
+    wait_until(lambda: parse_trainer_log(worker0_log(cluster, namespace, "el")).steps[-1] >= at_join + 20,
+               timeout=JOB_TIMEOUT, interval=0.5, what="20 steps at 3 after the join")
+    assert worlds()[-1] == 3
+    cluster.kubectl("-n", namespace, "delete", "ddpj", "el", "--wait=false")
+    wait_until(lambda: not _current_pods(cluster, namespace, 0), timeout=120, interval=0.5,
+               what="the job's pods gone with it")

@@ -258,6 +258,28 @@ def test_worker_0_done_ends_the_job_once_its_peers_end_or_its_grace_is_over():
     assert plan.status is None or plan.status["phase"] != "Succeeded"
 
 
+def test_a_replacement_that_finds_the_finished_groups_rendezvous_closed_is_no_failure():
+    """Stop 49's CI: the survivors at 2 finished as the lost node came back. Their agents closed the rendezvous;
+    the replacement's agent joined it then and exited 1 (RendezvousClosedError) while worker 0's pod still showed
+    Running, and the group was recreated as attempt 1. The closed rendezvous is the others' end, not a cause: the
+    decision waits for worker 0, whose success ends the job in attempt 0."""
+    job = in_place(make_job("a").replicas(3).elastic(2, 3)).running().status(platformRestarts=1)
+    closed = ('{"message": {"message": "RendezvousClosedError: ", "extraInfo": {"py_callstack": "Traceback ...'
+              'torch.distributed.elastic.rendezvous.api.RendezvousClosedError"}}}')
+    replacement = make_pod("a", 2).failed(1, message=closed, finished=1).build()
+    plan = plan_with(job, [make_pod("a", 0).build(), make_pod("a", 1).build(), replacement])
+    assert plan.status is None or plan.status["attempt"] == 0 and plan.status["phase"] == "Running", plan.status
+    assert plan.create_pods == [] and plan.delete_pods == []
+    assert plan.requeue_after == pytest.approx(9, abs=0.5)
+    survivors = [make_pod("a", i).succeeded(finished=0).build() for i in (0, 1)]
+    plan = plan_with(job, [*survivors, replacement])
+    assert (plan.status["phase"], plan.status["attempt"], plan.status["platformRestarts"]) == ("Succeeded", 0, 1)
+    # Were worker 0 to stay Running, the wait ends: a rendezvous closed 10 s ago is decided on.
+    late = make_pod("a", 2).failed(1, message=closed, finished=11).build()
+    plan = plan_with(job, [make_pod("a", 0).build(), make_pod("a", 1).build(), late])
+    assert plan.status["lastFailure"]["reason"] == "RendezvousClosed", plan.status["lastFailure"]
+
+
 def _join_window_job(until: str):
     job = in_place(make_job("a").replicas(2)).running().status(platformRestarts=1)
     return job.status(inPlace={"attempt": 0, "restarts": 1, "joinUntil": until})

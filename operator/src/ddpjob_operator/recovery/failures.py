@@ -163,7 +163,7 @@ def _terminated_failure(pod: dict[str, Any], now: datetime) -> Failure:
             pod=name,
             kind=RENDEZVOUS,
             exit_code=code,
-            reason="RendezvousTimeout",
+            reason="RendezvousClosed" if "RendezvousClosedError" in message else "RendezvousTimeout",
             message=_trim(_inner_message(message)),
             at=parse_time(terminated.get("finishedAt")) or now,
         )
@@ -336,16 +336,19 @@ PEER_LOST = 142  # the trainer's own exit when the node it watches went silent (
 # What a rank reports when another rank's process or node went away first: gloo's connection reset or closed by
 # the peer (torch 2.15: "Read error [10.0.0.5]:47338: Connection reset by peer"), NCCL's remote error or aborted
 # communicator, a socket the peer held. Such a failure is a symptom of a peer's, not a cause of its own.
+# A closed rendezvous is one too: torchrun's agents close it as their run ends (success or not), and an agent that
+# joins it then (a replacement starting as the group finishes) exits 1 with RendezvousClosedError. The agent that
+# closed it is the cause: worker 0's, Succeeded a moment later (worker_0_done.py), or a failed one.
 _PEER_GONE = re.compile(
     r"Connection (?:reset|closed) by peer|Broken pipe|remote process exited|ncclRemoteError"
-    r"|NCCL communicator was aborted|DistNetworkError",
+    r"|NCCL communicator was aborted|DistNetworkError|RendezvousClosedError",
     re.I,
 )
 
 
 def peer_symptom(failure: Failure) -> bool:
-    """The failure says a peer went away first: the trainer's PEER_LOST exit, or a collective's message that the
-    other end is gone."""
+    """The failure says a peer went away first: the trainer's PEER_LOST exit, a collective's message that the
+    other end is gone, or an agent that found the group's rendezvous closed by the others."""
     return failure.exit_code == PEER_LOST or bool(_PEER_GONE.search(failure.message or ""))
 
 
