@@ -98,14 +98,24 @@ def start_group(env: dict[str, str], log: Path, *trainer_args: str) -> subproces
     return start(cmd, env=env, log=log)
 
 
-def scrape(port: int, group: int = 0) -> dict[str, float]:
-    """name -> value of each sample on a group's trainer endpoint (one rank: labels are the same on every sample)."""
-    text = urllib.request.urlopen(f"http://{pod_ip(group)}:{port}/metrics", timeout=2).read().decode()
-    return {s.name: s.value for family in text_string_to_metric_families(text) for s in family.samples}
+def scrape(port: int, group: int = 0, within: float = 120.0) -> dict[str, float]:
+    """name -> value of each sample on a group's trainer endpoint (one rank: labels are the same on every sample).
+    The endpoint is a thread of the training process: on a loaded machine one answer can take seconds (a 2 s
+    timeout failed a full run), so it is asked again until `within` seconds have passed (0: once)."""
+    deadline = time.monotonic() + within
+    while True:
+        try:
+            text = urllib.request.urlopen(f"http://{pod_ip(group)}:{port}/metrics", timeout=10).read().decode()
+            return {s.name: s.value for family in text_string_to_metric_families(text) for s in family.samples}
+        except OSError:
+            if time.monotonic() >= deadline:
+                raise
+            time.sleep(0.2)
 
 
 def scraped_step(port: int, group: int = 0) -> float | None:
+    """The step now, or None when the endpoint does not answer at once (the caller polls)."""
     try:
-        return scrape(port, group).get("ddp_trainer_step")
+        return scrape(port, group, within=0).get("ddp_trainer_step")
     except OSError:
         return None
