@@ -25,9 +25,10 @@ while time.monotonic() < deadline:
         state = "reaped"
         break
     time.sleep(0.1)
-print(f"orphan {orphan}: {state}", flush=True)
 signal.signal(signal.SIGTERM, lambda *_: (print("worker: SIGTERM", flush=True), sys.exit(0)))
-open(sys.argv[1], "w").write(state)
+print(f"orphan {orphan}: {state}", flush=True)  # a SIGTERM sent on seeing this line finds the handler in place
+open(sys.argv[1] + ".tmp", "w").write(state)
+os.replace(sys.argv[1] + ".tmp", sys.argv[1])  # whole, never seen empty
 time.sleep(300)
 """
 

@@ -48,7 +48,9 @@ def test_as_pid_1_the_entrypoint_reaps_an_orphan_and_forwards_sigterm_to_the_wor
         deadline = time.monotonic() + 120
         while not ready.exists() and proc.poll() is None and time.monotonic() < deadline:
             time.sleep(0.1)
-        assert ready.exists(), "the worker never got past its orphan"
+        if not ready.exists():  # say why: the process's own words, if it ended
+            out = proc.communicate(timeout=10)[0] if proc.poll() is not None else "(still running)"
+            raise AssertionError(f"the worker never got past its orphan; exit {proc.returncode}:\n{out[-3000:]}")
         assert ready.read_text() == REAPED, f"the orphan was left a zombie ({ready.read_text()})"
         os.kill(init, signal.SIGTERM)  # as the kubelet stops a container: PID 1 only
         out, _ = proc.communicate(timeout=120)
