@@ -24,9 +24,8 @@ TorchFT's survivors never restart, so for it:
 - back: the fault to worker 0's first step line past the fault step (survivors lose no step);
 - heal: the fault to the replacement group's `healed from live peer` line (its rank is lost until then; a lost
   node's replacement may find no room until the node returns: then its rank counts as lost for `back`);
-- rank-seconds lost: the survivors x stall + 1 x heal. A lost Lighthouse is made again and the groups wait for
-  it in their quorum (their stall); if the group restarted from a checkpoint instead (a resume line after the
-  fault: how a lost Lighthouse was handled before), it is all ranks x back as for Recreate.
+- rank-seconds lost: the survivors x stall + 1 x heal; if the Lighthouse itself was on the lost node the whole
+  group restarts from a checkpoint (replica_groups.lighthouse_failure), and it is all ranks x back as for Recreate.
 
     PYTHONPATH=tests python bench/recovery_modes.py [--nodes local|real] [--out FILE] [--steps 900]"""
 
@@ -329,8 +328,8 @@ def torchft_run(
         return next((t for t, s in worker0_steps(c, ns)[0] if t > at and s > reached + steps), None)
 
     try:
-        # The survivors train on (a lost Lighthouse's groups once its successor runs); a lost node's replacement has
-        # no room until the node returns, so its heal may never come here.
+        # The survivors train on (or, if the Lighthouse was on the lost node, the group restarts from a checkpoint);
+        # a lost node's replacement has no room until the node returns, so its heal may never come here.
         wait_until(lambda: trained_past(20), timeout=400, interval=1.0, what="worker 0 training past the fault")
         try:
             heal: float | None = wait_until(lambda: healed_at(c, ns, before), timeout=90, interval=1.0, what="heal")
@@ -346,7 +345,6 @@ def torchft_run(
     later = [at] + [t for t, _ in lines if at < t <= back_at]
     stall = max(0.0, max((b - a for a, b in zip(later, later[1:], strict=False)), default=0.0) - usual)
     back = back_at - at
-    restarted = resumed is not None  # the job trains from step 0: a resume is a restart from the checkpoint
     # The lost group's rank is lost until it heals (or, with no room for it, as long as the others' recovery).
     lost_group = (heal - at) if heal is not None else back
     row = {
@@ -357,10 +355,11 @@ def torchft_run(
         "back_seconds": round(back, 2),
         "heal_seconds": round(heal - at, 2) if heal is not None else None,
         "lighthouse_lost": lighthouse_lost,
-        "group_restarted": restarted,
-        "steps_lost": max(0, reached - resumed) if restarted and resumed is not None else 0,
+        "steps_lost": max(0, reached - resumed) if lighthouse_lost and resumed is not None else 0,
         "pods_recreated": len(created),
-        "rank_seconds_lost": round(NODES.count * back if restarted else (NODES.count - 1) * stall + 1 * lost_group, 1),
+        "rank_seconds_lost": round(
+            NODES.count * back if lighthouse_lost else (NODES.count - 1) * stall + 1 * lost_group, 1
+        ),
     }
     say(f"TorchFT {fault}: {row}")
     return row

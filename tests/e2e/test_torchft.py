@@ -17,7 +17,6 @@ from conftest import apply_job, digits_job, job_status, pods
 from ddpjob_localnode.recovery import find_worker_process, parse_trainer_log
 from support import localnode
 from support.cluster import wait_until
-from test_elastic_local_nodes import three_local_nodes  # noqa: F401 (a fixture: three agents on this machine)
 from test_in_place import _events, _uids
 from test_local_jobs import JOB_TIMEOUT
 
@@ -103,66 +102,6 @@ def test_a_killed_replica_group_is_replaced_alone_while_the_other_trains_on(clus
     wait_until(lambda: (seen := scrape(cluster, namespace, 0)).get("ddp_trainer_replica_groups") == 2
                and seen.get("ddp_trainer_step", 0) > joined + 20, timeout=JOB_TIMEOUT, interval=0.5,
                what="both groups training after the join")
-    cluster.kubectl("-n", namespace, "delete", "ddpj", JOB, "--wait=false")
-    wait_until(lambda: not _uids(cluster, namespace, JOB), timeout=120, interval=0.5,
-               what="the job's pods and Lighthouse gone with it")
-
-
-def test_the_lighthouses_node_lost_costs_no_group_a_restart(cluster, operator, namespace, three_local_nodes):
-    """Issue 35: stop the node the Lighthouse runs on, a worker's node too (three groups, one per node; the Lighthouse
-    may run on two of them). The operator makes the Lighthouse again on the other; the survivors' quorum calls are
-    asked again and reach it (the trainer's quorum attempts): no group restarts from a checkpoint, the survivors'
-    step keeps advancing, and the job never leaves Running. (It recreated the whole group from its checkpoint.)"""
-    for name in three_local_nodes[1:]:
-        cluster.kubectl("label", "node", name, "ddpjob.dev/test-lighthouse=yes", "--overwrite")
-    lighthouse = {**TORCHFT["lighthouse"], "nodeSelector": {"ddpjob.dev/test-lighthouse": "yes"}}
-    job = digits_job(name=JOB, steps=STEPS, every=500, replicas=3, nprocPerNode=1,
-                     faultTolerance={**TORCHFT, "lighthouse": lighthouse})
-    job["spec"]["template"]["spec"]["affinity"] = {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [{
-        "labelSelector": {"matchLabels": {"ddpjob.dev/job-name": JOB, "app.kubernetes.io/component": "worker"}},
-        "topologyKey": "kubernetes.io/hostname"}]}}
-    apply_job(cluster, namespace, job)
-    stopped = None
-    try:
-        wait_until(lambda: all(scrape(cluster, namespace, i).get("ddp_trainer_replica_groups") == 3
-                               and scrape(cluster, namespace, i).get("ddp_trainer_step", 0) >= 30 for i in range(3)),
-                   timeout=JOB_TIMEOUT, interval=0.5, what="three replica groups training")
-        before = {p["metadata"]["name"]: p for p in pods(cluster, namespace, JOB)}
-        node = before["ft-lighthouse"]["spec"]["nodeName"]
-        lost = next(i for i in range(3) if before[f"ft-worker-{i}"]["spec"]["nodeName"] == node)
-        survivors = [i for i in range(3) if i != lost]
-        at_stop = {i: scrape(cluster, namespace, i)["ddp_trainer_step"] for i in survivors}
-        stopped = three_local_nodes.index(node)
-        (localnode.stop if stopped == 0 else lambda: localnode.stop_extra(stopped))()
-
-        phases, attempts = set(), set()
-
-        def trained_on():
-            status = job_status(cluster, namespace, JOB)
-            phases.add(status.get("phase", ""))
-            attempts.add(status.get("attempt"))
-            new = [p for p in pods(cluster, namespace, JOB) if p["metadata"]["name"] == "ft-lighthouse"
-                   and p["metadata"]["uid"] != before["ft-lighthouse"]["metadata"]["uid"]
-                   and (p.get("status") or {}).get("phase") == "Running"]
-            steps = {i: scrape(cluster, namespace, i).get("ddp_trainer_step", 0) for i in survivors}
-            return new and all(steps[i] > at_stop[i] + 20 for i in survivors) and (new[0], steps)
-
-        new_lighthouse, steps = wait_until(trained_on, timeout=JOB_TIMEOUT, interval=0.5,
-                                           what="the survivors training on with a new Lighthouse")
-        assert new_lighthouse["spec"]["nodeName"] != node
-        assert phases == {"Running"} and attempts == {0}, (phases, attempts)
-        for i in survivors:
-            assert before[f"ft-worker-{i}"]["metadata"]["uid"] == _uids(cluster, namespace, JOB)[f"ft-worker-{i}"]
-            log = cluster.kubectl("-n", namespace, "logs", f"ft-worker-{i}").stdout
-            assert parse_trainer_log(log).resumed_step is None, f"ft-worker-{i} restarted from its checkpoint"
-        reasons = [e["reason"] for e in _events(cluster, namespace, "ft-lighthouse")] + [
-            e["reason"] for e in _events(cluster, namespace, JOB)]
-        assert "LighthouseLost" in reasons and "Restarting" not in reasons, reasons
-    finally:
-        if stopped is not None:
-            localnode.start(cluster) if stopped == 0 else localnode.start_extra(cluster, stopped, nodes=3)
-        for name in three_local_nodes[1:]:
-            cluster.kubectl("label", "node", name, "ddpjob.dev/test-lighthouse-", check=False)
     cluster.kubectl("-n", namespace, "delete", "ddpj", JOB, "--wait=false")
     wait_until(lambda: not _uids(cluster, namespace, JOB), timeout=120, interval=0.5,
                what="the job's pods and Lighthouse gone with it")

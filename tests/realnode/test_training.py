@@ -360,8 +360,8 @@ def test_torchft_replica_groups_train_across_the_real_nodes_and_a_killed_group_i
 def test_torchft_a_stopped_kubelet_costs_the_job_only_the_group_on_that_node(
         cluster, namespace, real_nodes, trainer_image, operator):
     """TorchFT under a lost node: one replica group per real node, the Lighthouse pinned to the node that stays
-    (faultTolerance.lighthouse.nodeSelector: this test is about a lost worker's node; tests/e2e/test_torchft.py
-    loses the Lighthouse's). The other node's kubelet stops and the node turns NotReady: the group
+    (faultTolerance.lighthouse.nodeSelector; a lost Lighthouse recreates the group, as docs/fault-tolerance.md
+    says and the recovery bench measures). The other node's kubelet stops and the node turns NotReady: the group
     there is replaced alone (NodeLost, ReplicaGroupReplaced, attempt 0) and its replacement waits for room, while
     the survivor trains on: the job never leaves Running and its step advances with the node still down. The
     kubelet returns and the job ends Succeeded, the loss counted as the platform's, not the job's. The kept node's

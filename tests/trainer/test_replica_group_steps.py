@@ -47,22 +47,13 @@ class ScriptedManager:
     """What ReplicaGroups asks of torchft's Manager. `refuse`: step -> how many times should_commit says no there
     (the step the Manager is at: refusing at 10 fails step 11)."""
 
-    def __init__(self, refuse: dict[int, int] | None = None, failed_quorums: int = 0):
+    def __init__(self, refuse: dict[int, int] | None = None):
         self.step, self.committed = 0, 0
         self.refuse = dict(refuse or {})
         self.asked: list[int] = []  # the Manager's step at each should_commit
-        self.failed_quorums = failed_quorums  # the next start_quorum calls that time out (a silent Lighthouse)
-        self.quorum_deadlines: list[float] = []  # the timeout of each start_quorum call, in seconds
-        self._quorum_future: Exception | None = None
 
-    def start_quorum(self, timeout: timedelta | None = None) -> None:
-        self.quorum_deadlines.append(timeout.total_seconds() if timeout else float("inf"))
-        if self._quorum_future is not None:  # as torchft: the failed quorum's error again, until it is cleared
-            raise self._quorum_future
-        if self.failed_quorums > 0:
-            self.failed_quorums -= 1
-            self._quorum_future = TimeoutError("status: Cancelled, message: \"Timeout expired\"")
-            raise self._quorum_future
+    def start_quorum(self) -> None:
+        pass
 
     def should_commit(self) -> bool:
         self.asked.append(self.step)
@@ -110,8 +101,7 @@ def scripted(monkeypatch):
     return managers
 
 
-def build(tmp_path, manager: ScriptedManager, managers: list, *args: str, group: int = 0, groups: int = 1,
-          quorum_timeout: float = 5):
+def build(tmp_path, manager: ScriptedManager, managers: list, *args: str, group: int = 0, groups: int = 1):
     managers.append(manager)
     cfg = parse_config(
         ["--workload", "digits", "--train.global-batch-size", "32", "--metrics.port", "0", "--log.every-steps", "5",
@@ -119,7 +109,7 @@ def build(tmp_path, manager: ScriptedManager, managers: list, *args: str, group:
         {},
     )
     ft = ReplicaGroupEnv(lighthouse="http://scripted", replica_group=group, num_replica_groups=groups, min_replicas=1,
-                         timeout=timedelta(seconds=5), quorum_timeout=timedelta(seconds=quorum_timeout),
+                         timeout=timedelta(seconds=5), quorum_timeout=timedelta(seconds=5),
                          connect_timeout=timedelta(seconds=5))
     return Trainer(cfg, ONE_RANK, torch.device("cpu"), Identity("ft", "0", 0, group),
                    replicas=ReplicaGroups(ft, ONE_RANK))
@@ -189,23 +179,3 @@ def test_a_healing_group_takes_the_loss_scale_with_the_weights(tmp_path, one_ran
 
     joining.replicas._load_from_peer(live.replicas._state_for_peer())
     assert joining.scaler.get_scale() == 256.0
-
-
-def test_a_quorum_that_times_out_is_asked_for_again_until_the_quorum_timeout(tmp_path, one_rank_group, scripted):
-    """A Lighthouse lost with its node goes silent, and the operator makes another under the same name: the group
-    asks again in attempts of at most QUORUM_ATTEMPT_SECONDS instead of failing at the first (which ended the
-    process: the whole group was then recreated from its checkpoint). docs/fault-tolerance.md."""
-    manager = ScriptedManager(failed_quorums=3)
-    trainer = build(tmp_path, manager, scripted, *SGD, "--train.steps", "5", quorum_timeout=30)
-    trainer.resume()
-    trainer.train()
-    assert trainer.step == 5 and manager.asked == list(range(5))
-    assert len(manager.quorum_deadlines) == 3 + 1 + 5 - 1  # 3 failed, then join's and every step's but the first
-    assert max(manager.quorum_deadlines) <= replica_groups.QUORUM_ATTEMPT_SECONDS
-
-    # Never answered: the error once the quorum timeout has passed, as before.
-    silent = ScriptedManager(failed_quorums=10**6)
-    trainer = build(tmp_path / "silent", silent, scripted, *SGD, "--train.steps", "5", quorum_timeout=1)
-    with pytest.raises(TimeoutError):
-        trainer.resume()
-    assert 1 < len(silent.quorum_deadlines) <= 1 / replica_groups.QUORUM_RETRY_PAUSE_SECONDS + 1

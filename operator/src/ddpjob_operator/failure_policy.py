@@ -1,5 +1,5 @@
 """The failure policy, step 5 of the planner (planner.py): what failed in the current attempt (failed or missing
-pods, a lost node past its grace, a trainer that stopped making progress), and what the job does
+pods, a lost node past its grace, a trainer that stopped making progress, a lost Lighthouse), and what the job does
 about it: nothing while a node is inside its grace or the job's own deletion may be showing, fail once a budget
 is spent, replace one pod or one replica group alone (replace_pod.py), or recreate the group from its checkpoint,
 at the size the cluster holds for an elastic job, after a backoff that grows with the failures of its class. Pure,
@@ -19,6 +19,7 @@ from .recovery import (
     node_grace,
     recoveries,
     replace_pod,
+    replica_groups,
     worker_0_done,
 )
 from .recovery.restart_policy import RESTART, RestartBudget, backoff_seconds, decide_each, decide_restart
@@ -99,6 +100,8 @@ def decide(
 ) -> JobStatus | None:
     """`capacity`: the pods the job may have now (kueue_step.Admitted), the size of an elastic job's new group."""
     found = current_failures(obs, node_lost_grace_seconds, spec, status, pods, plan)
+    # A lost Lighthouse has no worker to replace alone: the group is recreated.
+    found += replica_groups.lighthouse_failures(obs, spec, status, node_lost_grace_seconds)
     if not node_grace.any_in_grace(obs, node_lost_grace_seconds, pods.current.values()):
         # Nothing is taken in while a node is inside its grace (node_grace.py). A pass that found a lost pod takes
         # in only what ended pods' records say, not worker 0's scrape: those restarts may be that loss's too.

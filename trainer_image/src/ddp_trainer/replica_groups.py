@@ -28,7 +28,6 @@ import json
 import os
 import time
 from collections.abc import Callable
-from datetime import timedelta
 from typing import Any, Protocol
 
 import torch
@@ -38,10 +37,6 @@ from torch import nn
 # torchft's Rust side logs six INFO lines a step (quorum and commit, on every rank); the trainer prints what
 # changes (quorum_line, healed_line). RUST_LOG set by the pod wins. Read when torchft's module loads.
 os.environ.setdefault("RUST_LOG", "warn")
-# One quorum call's deadline. A quorum that takes longer (groups still starting) is asked for again, up to the
-# quorum timeout; a call to a Lighthouse that went silent ends here instead of at the quorum timeout (_start_quorum).
-QUORUM_ATTEMPT_SECONDS = 10.0
-QUORUM_RETRY_PAUSE_SECONDS = 0.5  # between attempts, for one that failed at once (a refused connection)
 
 from torchft.checkpointing import HTTPTransport  # type: ignore[import-untyped]  # noqa: E402
 from torchft.ddp import DistributedDataParallel as TorchftDDP  # type: ignore[import-untyped]  # noqa: E402
@@ -219,9 +214,6 @@ class ReplicaGroups:
             init_sync=False,
             timeout=ft.timeout,
             quorum_timeout=ft.quorum_timeout,
-            # After a failed attempt torchft's Manager opens a new connection to the Lighthouse's name: one that
-            # replaced a lost Lighthouse is found there.
-            quorum_retries=1,
             connect_timeout=ft.connect_timeout,
             rank=self.env.rank,
             world_size=self.env.world_size,
@@ -280,7 +272,7 @@ class ReplicaGroups:
     def _quorum(self) -> None:
         started = time.monotonic()
         self.healed = False
-        self._start_quorum(started)  # synchronous: a heal has been fetched and applied when it returns
+        self._manager.start_quorum()  # synchronous: a heal has been fetched and applied when it returns
         t, participants = self._trainer, self._manager.num_participants()
         self.groups.set(participants)
         if t.talks and participants != self.participants:
@@ -288,37 +280,6 @@ class ReplicaGroups:
         self.participants = participants
         if self.healed and t.talks:
             emit(healed_line(t.who, self.healed_from or 0, t.step, t.samples, time.monotonic() - started))
-
-    def _start_quorum(self, started: float) -> None:
-        """Manager.start_quorum in attempts of QUORUM_ATTEMPT_SECONDS, until TORCHFT_QUORUM_TIMEOUT_SEC has passed.
-        A Lighthouse whose node was lost goes silent: one call would hold on to it for the whole quorum timeout and
-        then fail, and the process with it. Asked again, torchft's Manager asks the name anew (its retry opens a new
-        connection, quorum_retries), and reaches the Lighthouse the operator made in its place."""
-        total = self.ft_env.quorum_timeout.total_seconds()
-        deadline = started + total
-        failed = 0
-        while True:
-            left = max(1.0, min(QUORUM_ATTEMPT_SECONDS, deadline - time.monotonic()))
-            try:
-                self._manager.start_quorum(timeout=timedelta(seconds=left))
-            except (TimeoutError, RuntimeError) as err:
-                failed += 1
-                if time.monotonic() >= deadline:
-                    raise
-                if failed == 1 or failed % 10 == 0:
-                    self._trainer._warn(
-                        f"quorum attempt {failed} failed ({str(err).strip()[:200]}): the Lighthouse may be gone or "
-                        f"being replaced; asking again, up to {total:.0f}s in all"
-                    )
-                # torchft keeps the failed quorum's future and raises its error again on the next start_quorum.
-                self._manager._quorum_future = None
-                time.sleep(min(QUORUM_RETRY_PAUSE_SECONDS, max(0.0, deadline - time.monotonic())))
-                continue
-            if failed:
-                self._trainer._warn(
-                    f"quorum formed after {failed} failed attempt(s), {time.monotonic() - started:.1f}s in all"
-                )
-            return
 
     def after_step(self) -> bool:
         """Take the step the groups agreed on (it advances only when every group's step went through). True when

@@ -27,6 +27,7 @@ from ..state.spec import JobSpec, trainer_container
 from ..state.status import JobStatus
 from ..timefmt import parse_time
 from . import failures
+from .failures import Failure
 
 COMPONENT = "lighthouse"
 PORT_NAME = "lighthouse"
@@ -187,6 +188,27 @@ def _lost(obs: Observed, grace_seconds: float) -> Callable[[dict], bool]:
     return lambda pod: failures.node_lost(pod, obs.nodes, obs.now, grace_seconds)
 
 
+def lighthouse_failures(obs: Observed, spec: JobSpec, status: JobStatus, grace_seconds: float) -> list[Failure]:
+    """The Running job's Lighthouse is gone (its node lost, its process ended, or deleted): a failure of the whole
+    group. Measured on the local nodes: replica groups whose Lighthouse was made again went on heartbeating to the
+    new one but never joined its quorum (their quorum call held on to the old one for quorumTimeoutSeconds), so the
+    group is recreated from the newest checkpoint, with a new Lighthouse, instead of hanging."""
+    if not spec.fault_tolerance.torchft or status.get("phase") != c.RUNNING:
+        return []
+    lost = _lost(obs, grace_seconds)
+    for pod in obs.lighthouses:
+        name = pod["metadata"]["name"]
+        phase = (pod.get("status") or {}).get("phase")
+        if lost(pod):
+            message = f"the job's Lighthouse {name} lost its node: no replica group can form a quorum"
+            return [Failure(pod=name, kind=failures.NODE_LOST, reason="LighthouseLost", at=obs.now, message=message)]
+        if phase in ("Succeeded", "Failed") or pod["metadata"].get("deletionTimestamp"):
+            why = "was deleted" if pod["metadata"].get("deletionTimestamp") else f"ended ({phase})"
+            message = f"the job's Lighthouse {name} {why}: no replica group can form a quorum"
+            return [Failure(pod=name, kind=failures.DELETED, reason="LighthouseEnded", at=obs.now, message=message)]
+    return []
+
+
 def lighthouse_step(
     obs: Observed,
     spec: JobSpec,
@@ -211,25 +233,10 @@ def lighthouse_step(
     if decided.create and obs.pods:
         name = lighthouse_name(obs.job["metadata"]["name"])
         plan.event("Normal", "LighthouseCreated", f"created the Lighthouse pod {name} again")
-    # A lost Lighthouse is no failure of the groups: they go on asking for their quorum under its name (the trainer
-    # asks again every QUORUM_ATTEMPT_SECONDS, up to quorumTimeoutSeconds) and find the new one there.
     for name in decided.force_delete:
         plan.event(
-            "Warning",
-            "LighthouseLost",
-            f"the Lighthouse pod {name} is on a lost node: force-deleted and made again; the replica groups wait "
-            "for it in their quorum",
+            "Warning", "LighthouseLost", f"the Lighthouse pod {name} is on a lost node: force-deleted, made again"
         )
-    if wanted:
-        for pod in obs.lighthouses:
-            if pod["metadata"]["name"] in decided.delete:
-                phase = (pod.get("status") or {}).get("phase")
-                plan.event(
-                    "Warning",
-                    "LighthouseEnded",
-                    f"the Lighthouse pod {pod['metadata']['name']} ended ({phase}): deleted and made again; the "
-                    "replica groups wait for it in their quorum",
-                )
 
 
 def rejoined(spec: JobSpec, status: JobStatus, scraped: dict[str, Any] | None, has_metrics: bool) -> bool:
