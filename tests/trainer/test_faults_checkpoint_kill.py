@@ -29,8 +29,9 @@ if _HOLD and _MARKER:
 
     def _held_replace(src, dst, *args, **kwargs):
         if _pattern.match(os.path.basename(os.fspath(src))) and not os.path.exists(_MARKER):
-            with open(_MARKER, "w") as f:
+            with open(_MARKER + ".tmp", "w") as f:
                 f.write(f"{os.getpid()} {os.path.getsize(src)}\n")
+            _replace(_MARKER + ".tmp", _MARKER)  # whole: the test reads it as soon as it exists
             time.sleep(120)
         return _replace(src, dst, *args, **kwargs)
 
@@ -50,12 +51,10 @@ def test_rank_killed_mid_checkpoint_write_resumes_from_the_previous_valid_one(tm
                                 "--log.every-steps", "10", max_restarts=1), env=env, log=log)
     try:
         deadline = time.monotonic() + 300  # a bound for a hang only: under the full suite the group starts slowly
-        # The hook creates the marker, then writes it: read it once both numbers are in (a read between the two would
-        # find it empty, the likeliest cause of this test failing once in a full run whose report was lost).
-        while len(fields := (marker.read_text().split() if marker.exists() else [])) < 2:
+        while not marker.exists():
             assert proc.poll() is None and time.monotonic() < deadline, log.read_text()[-3000:]
             time.sleep(0.05)
-        writer, size = (int(x) for x in fields)
+        writer, size = (int(x) for x in marker.read_text().split())
         assert size > 0, "the held temp file has the checkpoint's bytes"
         names = sorted(p.name for p in ck.iterdir())
         assert f"step-{HELD_STEP:09d}.pt" not in names and any(n.startswith(f".step-{HELD_STEP:09d}.pt.tmp-")

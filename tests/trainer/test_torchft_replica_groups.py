@@ -74,9 +74,10 @@ def test_survivor_goes_on_and_a_replacement_heals_live(tmp_path):
         victims = worker_pids(groups[1].pid)
         assert len(victims) == 1, victims
         os.kill(victims[0], signal.SIGKILL)
-        killed_at = scrape(ports[0])["ddp_trainer_step"]
+        at_kill = scrape(ports[0])
+        killed_at = at_kill["ddp_trainer_step"]
         # Whichever group formed the first quorum alone, the other healed from it at start: that heal is not this one.
-        survivor_heals = scrape(ports[0])["ddp_trainer_heals_total"]
+        survivor_heals = at_kill["ddp_trainer_heals_total"]
         assert groups[1].wait(timeout=30) != 0  # torchrun without restarts gives up: the pod would be replaced
 
         # (a) the survivor steps on, read from its own endpoint, while group 1 is dead
