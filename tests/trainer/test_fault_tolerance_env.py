@@ -132,5 +132,6 @@ def test_the_process_groups_reconfigure_handle_names_the_pods_ip(pod_ip, want_ho
 
     pg = process_group(ReplicaGroupEnv.from_environ({**BASE, "POD_IP": pod_ip}), torch.device("cpu"))
     store = json.loads(pg.get_reconfigure_handle())["store"]
-    host, port = store.rsplit(":", 1)
-    assert host == want_host and host != socket.gethostname() and int(port) > 0, store
+    address, prefix = store.split("/", 1)  # the first build's keys' prefix (test_replica_group_handles.py)
+    host, port = address.rsplit(":", 1)
+    assert host == want_host and host != socket.gethostname() and int(port) > 0 and prefix == "g0", store

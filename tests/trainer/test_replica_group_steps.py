@@ -96,7 +96,7 @@ def one_rank_group(tmp_path):
 def scripted(monkeypatch):
     """Every ReplicaGroups built in the test gets the next of these Managers (a list the test fills)."""
     managers: list[ScriptedManager] = []
-    monkeypatch.setattr(replica_groups, "Manager", lambda **_: managers.pop(0))
+    monkeypatch.setattr(replica_groups, "GroupManager", lambda **_: managers.pop(0))
     monkeypatch.setattr(replica_groups, "ProcessGroupGloo", lambda **_: None)
     return managers
 

@@ -24,10 +24,12 @@ What changes against the plain DDP path, and why:
 - the one group that is rank 0 in the quorum writes the checkpoints (every group would write the same step), with
   the Manager's own state beside the trainer's."""
 
+import hashlib
 import json
 import os
 import time
 from collections.abc import Callable
+from datetime import timedelta
 from typing import Any, Protocol
 
 import torch
@@ -115,15 +117,87 @@ class AdvertisedHandle:
     `socket.gethostname()`, the pod's bare name, which the other groups' pods cannot resolve (cluster DNS answers
     `<pod>.<service>.<namespace>.svc`, not `<pod>`). Found on the real nodes: every group waited 60 s for the
     others' stores, and no step was ever committed. (The local node's hosts block resolved the bare name.) Its
-    store still listens on every interface; only the address it tells its peers changes."""
+    store still listens on every interface; only the address it tells its peers changes.
+
+    The handle also says what this group's process group was last built for (`built_for`: the quorum's number and
+    its groups), and each build's rendezvous keys go under a prefix of their own on this group's store (`/g<n>`).
+    A new Lighthouse numbers its quorums from 1 again. torchft rebuilds only when the number changes, so a group
+    whose process group was built for the old quorum 2 kept it in the new quorum 2 while its peer built a new one
+    and waited for it (measured: 52 s, gloo's connect timing out, until commit failures moved the Lighthouse on),
+    and a reused number would find an old build's keys on the store. With every group's `built_for` in each
+    quorum, a quorum that some group's process group was not built for is built again by all (QuorumClient)."""
 
     advertise: str = ""
+    built_for: str | None = None  # built_for_key() of the last build that succeeded
+    builds: int = 0
 
     def get_reconfigure_handle(self) -> str:
         handle = json.loads(super().get_reconfigure_handle())  # type: ignore[misc]
+        host, port = handle["store"].rsplit(":", 1)
         if self.advertise:
-            handle["store"] = f"{_host(self.advertise)}:{handle['store'].rsplit(':', 1)[1]}"
+            host = _host(self.advertise)
+        handle["store"] = f"{host}:{port}/g{self.builds}"
+        handle[BUILT_FOR] = self.built_for
         return json.dumps(handle)
+
+    def reconfigure(self, opts: Any) -> Any:
+        work = super().reconfigure(opts)  # type: ignore[misc]
+        self.builds += 1
+        self.built_for = built_for_key(opts.uuid, list(opts.handles))
+        return work
+
+
+BUILT_FOR = "built_for"
+
+
+def built_for_key(quorum_id: int, handles: list[str]) -> str:
+    """A quorum as a process group is built for it: its number and its groups (their handles' ids, in order)."""
+    ids = ",".join(str(json.loads(h).get("id")) for h in handles)
+    return f"{quorum_id}/{hashlib.sha1(ids.encode()).hexdigest()[:16]}"
+
+
+def built_for_another(handles: list[str], quorum_id: int) -> bool:
+    """Whether a group in this quorum (by the handle it sent with its request) has its process group built for
+    another quorum. Every group asks after building for the quorum before, so within one Lighthouse this is only so
+    in a quorum whose number changed, which torchft rebuilds anyway."""
+    try:
+        want = built_for_key(quorum_id, handles)
+        return any(json.loads(h).get(BUILT_FOR) != want for h in handles)
+    except (ValueError, AttributeError):
+        return False  # handles not of this module's making: torchft's own rule alone
+
+
+class QuorumClient:
+    """torchft's ManagerClient, with one change to what its quorum answers: a quorum whose number is the one the
+    Manager has, but that some group's process group was not built for, makes the Manager build it again (its
+    quorum id set to -1, torchft's own "none yet"), so every group of that quorum builds the same new one."""
+
+    def __init__(self, client: Any, manager: Any) -> None:
+        self._client, self._manager = client, manager
+
+    def _quorum(self, *args: Any, **kwargs: Any) -> Any:
+        quorum = self._client._quorum(*args, **kwargs)
+        if quorum.quorum_id == self._manager._quorum_id and built_for_another(
+            list(quorum.reconfigure_handles), quorum.quorum_id
+        ):
+            self._manager._quorum_id = -1
+        return quorum
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._client, name)
+
+
+def quorum_retries(quorum_timeout: timedelta) -> int:
+    """torchft waits the quorum timeout / (retries + 1) after a refused quorum call: about a second."""
+    return max(1, int(quorum_timeout.total_seconds()))
+
+
+class GroupManager(Manager):
+    """torchft's Manager, its quorums checked against the builds the groups report (QuorumClient)."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._client = QuorumClient(self._client, self)  # type: ignore[has-type]
 
 
 class AdvertisedGloo(AdvertisedHandle, ProcessGroupGloo):
@@ -205,7 +279,7 @@ class ReplicaGroups:
         self.trainer = trainer
         cfg, device, ft = trainer.cfg, trainer.device, self.ft_env
         self.groups, self.heals = trainer.metrics.add_replica_group_series()
-        self.manager = Manager(
+        self.manager = GroupManager(
             pg=process_group(ft, device),
             load_state_dict=self._load_from_peer,
             state_dict=self._state_for_peer,
@@ -214,6 +288,11 @@ class ReplicaGroups:
             init_sync=False,
             timeout=ft.timeout,
             quorum_timeout=ft.quorum_timeout,
+            # A Lighthouse that ended (its pod deleted or evicted, its process killed) refuses the quorum call at
+            # once: torchft then asks again on a new connection, about once a second within the quorum timeout, and
+            # finds the Lighthouse the operator made in its place. (One gone silent holds the call to the quorum
+            # timeout: the process ends.) TORCHFT_QUORUM_RETRIES in the env wins.
+            quorum_retries=quorum_retries(ft.quorum_timeout),
             connect_timeout=ft.connect_timeout,
             rank=self.env.rank,
             world_size=self.env.world_size,
