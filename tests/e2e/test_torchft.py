@@ -105,3 +105,47 @@ def test_a_killed_replica_group_is_replaced_alone_while_the_other_trains_on(clus
     cluster.kubectl("-n", namespace, "delete", "ddpj", JOB, "--wait=false")
     wait_until(lambda: not _uids(cluster, namespace, JOB), timeout=120, interval=0.5,
                what="the job's pods and Lighthouse gone with it")
+
+
+def test_a_deleted_lighthouse_is_made_again_and_the_groups_train_on_in_their_attempt(cluster, operator, namespace):
+    """Issue 35: a Lighthouse that ended recreated the whole group from its checkpoint. The bundled trainer's groups
+    reconnect to a new one (docs/trainer.md, "When the Lighthouse is replaced"): the operator makes the Lighthouse
+    alone again, the workers keep their pods and their step, and the job never leaves Running or its attempt."""
+    job = digits_job(name=JOB, steps=STEPS, every=500, replicas=2, nprocPerNode=1, faultTolerance=TORCHFT)
+    apply_job(cluster, namespace, job)
+    wait_until(lambda: scrape(cluster, namespace, 0).get("ddp_trainer_replica_groups") == 2
+               and scrape(cluster, namespace, 0).get("ddp_trainer_step", 0) >= 30,
+               timeout=JOB_TIMEOUT, interval=0.5, what="both replica groups training")
+    # The operator tells the bundled trainer's groups by what they report: the groups in their quorum.
+    wait_until(lambda: "replicaGroups" in (job_status(cluster, namespace, JOB).get("progress") or {}),
+               timeout=JOB_TIMEOUT, interval=0.5, what="worker 0's replica groups in status.progress")
+    before = _uids(cluster, namespace, JOB)
+    deleted_at = scrape(cluster, namespace, 0)["ddp_trainer_step"]
+    cluster.kubectl("-n", namespace, "delete", "pod", "ft-lighthouse", "--wait=false")
+
+    phases: set[str] = set()
+
+    def training_on():
+        phases.add(job_status(cluster, namespace, JOB).get("phase", ""))
+        uids = _uids(cluster, namespace, JOB)
+        seen = [scrape(cluster, namespace, g) for g in (0, 1)]
+        return (uids.get("ft-lighthouse") not in (None, before["ft-lighthouse"])
+                and all(s.get("ddp_trainer_replica_groups") == 2 for s in seen)
+                and all(s.get("ddp_trainer_step", 0) > deleted_at + 20 for s in seen) and uids)
+
+    after = wait_until(training_on, timeout=JOB_TIMEOUT, interval=0.5,
+                       what="both groups training with a new Lighthouse")
+    assert phases == {"Running"}, f"the job left Running over its Lighthouse: {phases}"
+    assert {k: v for k, v in after.items() if k != "ft-lighthouse"} == {
+        k: v for k, v in before.items() if k != "ft-lighthouse"}, "a worker's pod was replaced"
+    status = job_status(cluster, namespace, JOB)
+    assert (status["attempt"], status.get("restarts", 0), status.get("platformRestarts", 0)) == (0, 0, 0), status
+    assert not status.get("recoveries") and "lastFailure" not in status, status
+    for name in ("ft-worker-0", "ft-worker-1"):
+        log = cluster.kubectl("-n", namespace, "logs", name).stdout
+        assert parse_trainer_log(log).resumed_step is None, f"{name} read a checkpoint:\n{log[-2000:]}"
+    reasons = [e["reason"] for e in _events(cluster, namespace, JOB)]
+    assert "LighthouseCreated" in reasons and "Restarting" not in reasons, reasons
+    cluster.kubectl("-n", namespace, "delete", "ddpj", JOB, "--wait=false")
+    wait_until(lambda: not _uids(cluster, namespace, JOB), timeout=120, interval=0.5,
+               what="the job's pods and Lighthouse gone with it")

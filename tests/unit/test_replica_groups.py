@@ -264,28 +264,73 @@ def test_a_recovery_ends_when_worker_0_sees_the_replacement_back_in_its_quorum(s
         assert plan.requeue_after is not None and plan.requeue_after <= 2.0  # worker 0 is read again soon
 
 
-@pytest.mark.parametrize("how, lighthouse, nodes", [
-    ("its node lost", "lost", None),
-    ("its process ended (OOMKilled)", "Failed", None),
-    ("deleted by someone", "deleting", None),
-])
-def test_a_running_jobs_lighthouse_gone_recreates_the_group(how, lighthouse, nodes):
-    """Replica groups whose Lighthouse was made again kept heartbeating to it but never joined its quorum (measured on
-    the local nodes): the group restarts from its checkpoint with a new Lighthouse instead of hanging."""
+def gone_lighthouse(lighthouse: str):
+    """The Lighthouse pod and the nodes for: "lost" (its node NotReady past the grace), "Failed" (its process
+    ended), "deleting" (deleted by someone)."""
     from job_builders import make_node
 
-    job = torchft(make_job("a").replicas(2).restart_backoff(0)).running()
     pod = lighthouse_pod("Failed" if lighthouse == "Failed" else "Running", deleting=lighthouse == "deleting")
     node_list = [make_node("node-0")]
     if lighthouse == "lost":
         pod["spec"]["nodeName"] = "node-1"
         node_list.append(make_node("node-1", ready=False, since=60))
+    return pod, node_list
+
+
+# What the bundled trainer's worker 0 reported in this attempt: the groups in its quorum, which only it reports.
+BUNDLED_PROGRESS = {"attempt": 0, "step": 50, "replicaGroups": 2, "updateTime": "2026-11-25T09:59:00Z"}
+
+
+@pytest.mark.parametrize("how, lighthouse, progress", [
+    ("its node lost", "lost", None),
+    ("its process ended (OOMKilled)", "Failed", None),
+    ("deleted by someone", "deleting", None),
+    ("its node lost, the bundled trainer's groups: their quorum call holds on to it", "lost", BUNDLED_PROGRESS),
+    ("ended, a trainer of one's own (no replica groups reported)", "Failed", {**BUNDLED_PROGRESS, "replicaGroups": None}),
+    ("ended, the bundled trainer's groups of an earlier attempt", "Failed", {**BUNDLED_PROGRESS, "attempt": -1}),
+])
+def test_a_running_jobs_lighthouse_gone_recreates_the_group(how, lighthouse, progress):
+    """A Lighthouse gone silent (a lost node) holds the groups' quorum call until quorumTimeoutSeconds and their
+    processes end; one that ended or was deleted is found again only by groups that reconnect (the bundled
+    trainer's, told by their report of the groups in their quorum). Otherwise the group restarts from its
+    checkpoint with a new Lighthouse instead of hanging."""
+    job = torchft(make_job("a").replicas(2).restart_backoff(0)).running()
+    if progress is not None:
+        job.status(progress={k: v for k, v in progress.items() if v is not None})
+    pod, node_list = gone_lighthouse(lighthouse)
     plan = plan_reconcile(observe(job.build(), [*running_pods("a", 2), pod], nodes=node_list), SETTINGS)
     status = plan.status
     assert status["attempt"] == 1 and status["phase"] == "Restarting", how
     assert status["lastFailure"]["pod"] == LIGHTHOUSE and status["platformRestarts"] == 1
     assert status["recoveries"][-1]["how"] == "GroupRecreated"
     assert "Restarting" in [e.reason for e in plan.events]
+    assert "LighthouseEnded" not in [e.reason for e in plan.events], "no word of groups training on"
+
+
+@pytest.mark.parametrize("how, lighthouse, event", [
+    ("its process ended (OOMKilled)", "Failed", "LighthouseEnded"),
+    ("deleted by someone", "deleting", None),
+])
+def test_the_bundled_trainers_groups_train_on_with_a_lighthouse_made_again(how, lighthouse, event):
+    """Issue 35: it recreated the group from its checkpoint. The bundled trainer's groups ask a new Lighthouse for
+    their quorum (tests/trainer/test_torchft_lighthouse_replaced.py): the Lighthouse alone is made again, the job
+    stays in its attempt, and no budget is spent."""
+    job = torchft(make_job("a").replicas(2).restart_backoff(0)).running()
+    job.status(progress=dict(BUNDLED_PROGRESS))
+    pod, node_list = gone_lighthouse(lighthouse)
+    plan = plan_reconcile(observe(job.build(), [*running_pods("a", 2), pod], nodes=node_list), SETTINGS)
+    status = plan.status or job.build()["status"]
+    assert (status["phase"], status["attempt"], status.get("platformRestarts", 0)) == ("Running", 0, 0), how
+    assert "lastFailure" not in status and not status.get("recoveries")
+    reasons = [e.reason for e in plan.events]
+    assert "Restarting" not in reasons and plan.create_pods == [], reasons
+    assert plan.delete_pods == ([LIGHTHOUSE] if lighthouse == "Failed" else []), "no worker goes with it"
+    assert event is None or event in reasons, reasons
+    # Once it is gone, the new one.
+    plan = plan_reconcile(observe(job.build(), running_pods("a", 2), nodes=node_list), SETTINGS)
+    assert [p["metadata"]["name"] for p in plan.create_pods] == [LIGHTHOUSE]
+    assert "LighthouseCreated" in [e.reason for e in plan.events]
+    assert (plan.status or job.build()["status"])["attempt"] == 0
 
 
 @pytest.mark.parametrize("name, pod0, replacing, want", [

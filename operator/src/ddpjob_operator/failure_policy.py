@@ -100,7 +100,7 @@ def decide(
 ) -> JobStatus | None:
     """`capacity`: the pods the job may have now (kueue_step.Admitted), the size of an elastic job's new group."""
     found = current_failures(obs, node_lost_grace_seconds, spec, status, pods, plan)
-    # A lost Lighthouse has no worker to replace alone: the group is recreated.
+    # A lost Lighthouse (or one ended, for groups that do not reconnect) has no worker to replace: recreated.
     found += replica_groups.lighthouse_failures(obs, spec, status, node_lost_grace_seconds)
     if not node_grace.any_in_grace(obs, node_lost_grace_seconds, pods.current.values()):
         # Nothing is taken in while a node is inside its grace (node_grace.py). A pass that found a lost pod takes

@@ -188,11 +188,22 @@ def _lost(obs: Observed, grace_seconds: float) -> Callable[[dict], bool]:
     return lambda pod: failures.node_lost(pod, obs.nodes, obs.now, grace_seconds)
 
 
+def reconnects_to_a_new_lighthouse(status: JobStatus) -> bool:
+    """Whether this attempt's replica groups go on with a Lighthouse made again: the bundled trainer's do (a refused
+    quorum call is asked again on a new connection, and a quorum its process group was not built for is built
+    again: docs/trainer.md, "When the Lighthouse is replaced"). Told by what only it reports, the groups in its
+    quorum (ddp_trainer_replica_groups), in this attempt's progress. A trainer of one's own, or none read yet: no."""
+    progress = status.get("progress") or {}
+    return progress.get("attempt") == status.get("attempt") and "replicaGroups" in progress
+
+
 def lighthouse_failures(obs: Observed, spec: JobSpec, status: JobStatus, grace_seconds: float) -> list[Failure]:
-    """The Running job's Lighthouse is gone (its node lost, its process ended, or deleted): a failure of the whole
-    group. Measured on the local nodes: replica groups whose Lighthouse was made again went on heartbeating to the
-    new one but never joined its quorum (their quorum call held on to the old one for quorumTimeoutSeconds), so the
-    group is recreated from the newest checkpoint, with a new Lighthouse, instead of hanging."""
+    """The Running job's Lighthouse is gone: a failure of the whole group, recreated from the newest checkpoint with
+    a new Lighthouse, unless its groups reconnect to a new one. A Lighthouse on a lost node goes silent: the groups'
+    quorum call holds on to it until quorumTimeoutSeconds and their processes end (measured, docs/fault-tolerance.md),
+    so that is always a recreation. One that ended or was deleted resets its connections: groups that reconnect
+    (reconnects_to_a_new_lighthouse) train on with the one lighthouse_step makes again, and nothing fails; others'
+    quorum calls would fail until their quorum timeout, so the group is recreated."""
     if not spec.fault_tolerance.torchft or status.get("phase") != c.RUNNING:
         return []
     lost = _lost(obs, grace_seconds)
@@ -202,7 +213,9 @@ def lighthouse_failures(obs: Observed, spec: JobSpec, status: JobStatus, grace_s
         if lost(pod):
             message = f"the job's Lighthouse {name} lost its node: no replica group can form a quorum"
             return [Failure(pod=name, kind=failures.NODE_LOST, reason="LighthouseLost", at=obs.now, message=message)]
-        if phase in ("Succeeded", "Failed") or pod["metadata"].get("deletionTimestamp"):
+        if (phase in ("Succeeded", "Failed") or pod["metadata"].get("deletionTimestamp")) and not (
+            reconnects_to_a_new_lighthouse(status)
+        ):
             why = "was deleted" if pod["metadata"].get("deletionTimestamp") else f"ended ({phase})"
             message = f"the job's Lighthouse {name} {why}: no replica group can form a quorum"
             return [Failure(pod=name, kind=failures.DELETED, reason="LighthouseEnded", at=obs.now, message=message)]
@@ -237,6 +250,16 @@ def lighthouse_step(
         plan.event(
             "Warning", "LighthouseLost", f"the Lighthouse pod {name} is on a lost node: force-deleted, made again"
         )
+    if wanted and phase == c.RUNNING:
+        ended = [p for p in obs.lighthouses if p["metadata"]["name"] in decided.delete]
+        for pod in ended:
+            why = (pod.get("status") or {}).get("phase")
+            plan.event(
+                "Warning",
+                "LighthouseEnded",
+                f"the Lighthouse pod {pod['metadata']['name']} ended ({why}): made again; the replica groups ask the "
+                "new one for their quorum and train on",
+            )
 
 
 def rejoined(spec: JobSpec, status: JobStatus, scraped: dict[str, Any] | None, has_metrics: bool) -> bool:
