@@ -25,7 +25,10 @@ TorchFT's survivors never restart, so for it:
 - heal: the fault to the replacement group's `healed from live peer` line (its rank is lost until then; a lost
   node's replacement may find no room until the node returns: then its rank counts as lost for `back`);
 - rank-seconds lost: the survivors x stall + 1 x heal; if the Lighthouse itself was on the lost node the whole
-  group restarts from a checkpoint (replica_groups.lighthouse_failure), and it is all ranks x back as for Recreate.
+  group restarts from a checkpoint (replica_groups.lighthouse_failures), and it is all ranks x back as for Recreate.
+- `--faults lighthouse-pod` (TorchFT only): the Lighthouse's pod deleted. No group is lost: every group stalls until
+  it has a quorum with the new Lighthouse, so rank-seconds are all ranks x stall (all ranks x back if the group
+  restarted from a checkpoint instead), compared with Recreate's deleted pod.
 
     PYTHONPATH=tests python bench/recovery_modes.py [--nodes local|real] [--out FILE] [--steps 900]"""
 
@@ -266,6 +269,8 @@ def one_run(c, ns: str, mode: str, fault: str, nodes: list[str], steps: int) -> 
         NODES.kill(c, ns, victim_pod)
     elif fault == "delete":
         c.kubectl("-n", ns, "delete", "pod", victim_pod["metadata"]["name"], "--wait=false")
+    elif fault == "lighthouse-pod":  # TorchFT: the Lighthouse's pod deleted (as an eviction or a kubectl delete)
+        c.kubectl("-n", ns, "delete", "pod", lighthouses(c, ns)[0]["metadata"]["name"], "--wait=false")
     else:  # "node": replica 1's node; "lighthouse" (TorchFT): the Lighthouse's node, a worker's too
         target = victim_pod if fault == "node" else next(p for p in lighthouses(c, ns))
         stopped = nodes.index(target["spec"]["nodeName"])
@@ -314,6 +319,26 @@ def healed_at(c, ns: str, before: set[str]) -> float | None:
     return None
 
 
+def lighthouse_replaced(c, ns: str, before: set[str]) -> float:
+    """When worker 0 has trained 20 steps with a Lighthouse made after the fault (the old one's pod deleted)."""
+    wait_until(
+        lambda: any(
+            p["metadata"]["uid"] not in before and (p.get("status") or {}).get("phase") == "Running"
+            for p in lighthouses(c, ns)
+        ),
+        timeout=300,
+        interval=0.5,
+        what="a new Lighthouse running",
+    )
+    since, base = time.time(), worker0_steps(c, ns)[0][-1][1]
+    return wait_until(
+        lambda: next((t for t, s in worker0_steps(c, ns)[0] if t > since and s > base + 20), None),
+        timeout=300,
+        interval=1.0,
+        what="worker 0 training with the new Lighthouse",
+    )
+
+
 def torchft_run(
     c, ns: str, fault: str, nodes: list[str], stopped: int | None, at: float, reached: int, before: set[str]
 ) -> dict:
@@ -331,8 +356,13 @@ def torchft_run(
         # The survivors train on (or, if the Lighthouse was on the lost node, the group restarts from a checkpoint);
         # a lost node's replacement has no room until the node returns, so its heal may never come here.
         wait_until(lambda: trained_past(20), timeout=400, interval=1.0, what="worker 0 training past the fault")
-        try:
-            heal: float | None = wait_until(lambda: healed_at(c, ns, before), timeout=90, interval=1.0, what="heal")
+        until = lighthouse_replaced(c, ns, before) if fault == "lighthouse-pod" else None
+        try:  # no group is lost when only the Lighthouse's pod goes: no heal to wait for
+            heal: float | None = (
+                None
+                if fault == "lighthouse-pod"
+                else wait_until(lambda: healed_at(c, ns, before), timeout=90, interval=1.0, what="heal")
+            )
         except AssertionError:
             heal = None
         lines, _, resumed = worker0_steps(c, ns)
@@ -342,11 +372,22 @@ def torchft_run(
     earlier = [t for t, _ in lines if t <= at]
     usual = statistics.median([b - a for a, b in zip(earlier, earlier[1:], strict=False)] or [0.0])
     back_at = next(t for t, s in lines if t > at and s > reached)
-    later = [at] + [t for t, _ in lines if at < t <= back_at]
-    stall = max(0.0, max((b - a for a, b in zip(later, later[1:], strict=False)), default=0.0) - usual)
-    back = back_at - at
+    # The Lighthouse's pod goes some seconds after the delete (its grace): its stall is looked for until worker 0
+    # trains on with the new one, and it is back once the longest gap is over.
+    later = [at] + [t for t, _ in lines if at < t <= (until or back_at)]
+    gaps = list(zip(later, later[1:], strict=False))
+    longest = max(gaps, key=lambda g: g[1] - g[0], default=(at, back_at))
+    stall = max(0.0, longest[1] - longest[0] - usual)
+    back = (longest[1] if until else back_at) - at
     # The lost group's rank is lost until it heals (or, with no room for it, as long as the others' recovery).
     lost_group = (heal - at) if heal is not None else back
+    # The Lighthouse's pod alone deleted: every group stalls (none is lost), unless the group restarted from a
+    # checkpoint (the operator's answer before the groups reconnected to a new Lighthouse).
+    restarted = lighthouse_lost or (fault == "lighthouse-pod" and resumed is not None)
+    if fault == "lighthouse-pod" and not restarted:
+        rank_seconds = NODES.count * stall
+    else:
+        rank_seconds = NODES.count * back if restarted else (NODES.count - 1) * stall + 1 * lost_group
     row = {
         "mode": "TorchFT",
         "fault": fault,
@@ -355,11 +396,10 @@ def torchft_run(
         "back_seconds": round(back, 2),
         "heal_seconds": round(heal - at, 2) if heal is not None else None,
         "lighthouse_lost": lighthouse_lost,
-        "steps_lost": max(0, reached - resumed) if lighthouse_lost and resumed is not None else 0,
+        "group_restarted": restarted,
+        "steps_lost": max(0, reached - resumed) if restarted and resumed is not None else 0,
         "pods_recreated": len(created),
-        "rank_seconds_lost": round(
-            NODES.count * back if lighthouse_lost else (NODES.count - 1) * stall + 1 * lost_group, 1
-        ),
+        "rank_seconds_lost": round(rank_seconds, 1),
     }
     say(f"TorchFT {fault}: {row}")
     return row
@@ -367,7 +407,7 @@ def torchft_run(
 
 def save(out: Path, rows: list[dict]) -> None:
     for row in rows:
-        fault = "node" if row["fault"] == "lighthouse" else row["fault"]
+        fault = {"lighthouse": "node", "lighthouse-pod": "delete"}.get(row["fault"], row["fault"])
         base = next((r for r in rows if r["fault"] == fault and r["mode"] == "Recreate" and "error" not in r), None)
         if "error" in row:
             continue
@@ -403,7 +443,8 @@ def main() -> int:
     # "lighthouse" (TorchFT only, with "node" for its Recreate base): stop the node the Lighthouse runs on. Not in
     # the default run: on three nodes that all hold a worker, "node" lost the Lighthouse too in every run so far,
     # and a run of it right after "node" timed out waiting for step 100 (worker 0's log on the restarted node 0).
-    parser.add_argument("--faults", nargs="+", choices=(*FAULTS, "lighthouse"), default=list(FAULTS))
+    # "lighthouse-pod" (TorchFT only, with "delete" for its Recreate base): delete the Lighthouse's pod.
+    parser.add_argument("--faults", nargs="+", choices=(*FAULTS, "lighthouse", "lighthouse-pod"), default=list(FAULTS))
     parser.add_argument("--modes", nargs="+", choices=MODES, default=list(MODES))
     parser.add_argument("--last-call", type=int, default=None, help="rendezvous.lastCallTimeoutSeconds")
     parser.add_argument("--peer-timeout", type=int, default=None, help="InPlace's DDP_TRAINER_PEER_TIMEOUT_SECONDS")
@@ -426,7 +467,7 @@ def main() -> int:
     try:
         for fault in args.faults:
             for mode in modes:
-                if fault == "lighthouse" and mode != "TorchFT":
+                if fault in ("lighthouse", "lighthouse-pod") and mode != "TorchFT":
                     continue  # only TorchFT has a Lighthouse; its row is compared with Recreate's lost node
                 # A job of its own per run, so a checkpoint directory of its own: each run trains from step 0.
                 # (With one name, each run resumed where the last had stopped, and a run after a TorchFT one that
