@@ -384,10 +384,12 @@ def torchft_run(
     # The Lighthouse's pod alone deleted: every group stalls (none is lost), unless the group restarted from a
     # checkpoint (the operator's answer before the groups reconnected to a new Lighthouse).
     restarted = lighthouse_lost or (fault == "lighthouse-pod" and resumed is not None)
-    if fault == "lighthouse-pod" and not restarted:
+    if restarted:
+        rank_seconds = NODES.count * back
+    elif fault == "lighthouse-pod":
         rank_seconds = NODES.count * stall
     else:
-        rank_seconds = NODES.count * back if restarted else (NODES.count - 1) * stall + 1 * lost_group
+        rank_seconds = (NODES.count - 1) * stall + 1 * lost_group
     row = {
         "mode": "TorchFT",
         "fault": fault,

@@ -152,7 +152,11 @@ BUILT_FOR = "built_for"
 
 def built_for_key(quorum_id: int, handles: list[str]) -> str:
     """A quorum as a process group is built for it: its number and its groups (their handles' ids, in order)."""
-    ids = ",".join(str(json.loads(h).get("id")) for h in handles)
+    return _key(quorum_id, [json.loads(h) for h in handles])
+
+
+def _key(quorum_id: int, peers: list[dict[str, Any]]) -> str:
+    ids = ",".join(str(peer.get("id")) for peer in peers)
     return f"{quorum_id}/{hashlib.sha1(ids.encode()).hexdigest()[:16]}"
 
 
@@ -161,8 +165,9 @@ def built_for_another(handles: list[str], quorum_id: int) -> bool:
     another quorum. Every group asks after building for the quorum before, so within one Lighthouse this is only so
     in a quorum whose number changed, which torchft rebuilds anyway."""
     try:
-        want = built_for_key(quorum_id, handles)
-        return any(json.loads(h).get(BUILT_FOR) != want for h in handles)
+        peers = [json.loads(h) for h in handles]
+        want = _key(quorum_id, peers)
+        return any(peer.get(BUILT_FOR) != want for peer in peers)
     except (ValueError, AttributeError):
         return False  # handles not of this module's making: torchft's own rule alone
 
@@ -170,17 +175,24 @@ def built_for_another(handles: list[str], quorum_id: int) -> bool:
 class QuorumClient:
     """torchft's ManagerClient, with one change to what its quorum answers: a quorum whose number is the one the
     Manager has, but that some group's process group was not built for, makes the Manager build it again (its
-    quorum id set to -1, torchft's own "none yet"), so every group of that quorum builds the same new one."""
+    quorum id set to -1, torchft's own "none yet"), so every group of that quorum builds the same new one.
+
+    A quorum is answered every step, with the same handles while nothing changes: the last quorum found built for
+    is remembered, so a step parses no handle."""
 
     def __init__(self, client: Any, manager: Any) -> None:
         self._client, self._manager = client, manager
+        self._built: tuple[int, tuple[str, ...]] | None = None  # the last (quorum id, handles) every group built for
 
     def _quorum(self, *args: Any, **kwargs: Any) -> Any:
         quorum = self._client._quorum(*args, **kwargs)
-        if quorum.quorum_id == self._manager._quorum_id and built_for_another(
-            list(quorum.reconfigure_handles), quorum.quorum_id
-        ):
-            self._manager._quorum_id = -1
+        if quorum.quorum_id == self._manager._quorum_id:
+            seen = (quorum.quorum_id, tuple(quorum.reconfigure_handles))
+            if seen != self._built:
+                if built_for_another(list(seen[1]), quorum.quorum_id):
+                    self._manager._quorum_id = -1
+                else:
+                    self._built = seen
         return quorum
 
     def __getattr__(self, name: str) -> Any:

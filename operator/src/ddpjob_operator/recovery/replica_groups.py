@@ -250,7 +250,7 @@ def lighthouse_step(
         plan.event(
             "Warning", "LighthouseLost", f"the Lighthouse pod {name} is on a lost node: force-deleted, made again"
         )
-    if wanted and phase == c.RUNNING:
+    if wanted and phase == c.RUNNING and reconnects_to_a_new_lighthouse(status):
         ended = [p for p in obs.lighthouses if p["metadata"]["name"] in decided.delete]
         for pod in ended:
             why = (pod.get("status") or {}).get("phase")
