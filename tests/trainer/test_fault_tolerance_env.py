@@ -7,7 +7,15 @@ import pytest
 
 from ddp_trainer.config import Config, ConfigError
 from ddp_trainer.fault_tolerance import ReplicaGroupEnv, check_even_split
-from ddp_trainer.progress_log import HEALED, PROGRESS, Identity, healed_line, progress_line
+from ddp_trainer.progress_log import (
+    HEALED,
+    LIGHTHOUSE_MOVED,
+    PROGRESS,
+    Identity,
+    healed_line,
+    lighthouse_moved_line,
+    progress_line,
+)
 
 BASE = {
     "TORCHFT_LIGHTHOUSE": "http://job-lighthouse.job.ns.svc:29510",
@@ -99,6 +107,14 @@ def test_log_lines_name_the_group_before_the_rank():
     assert m and m["group"] == "1" and m["rank"] == "0" and m["step"] == "10"
     healed = HEALED.search(healed_line(who, 0, 120, 3840, 0.5))
     assert healed and (healed["peer"], healed["step"], healed["samples"], healed["group"]) == ("0", "120", "3840", "1")
+    moved = LIGHTHOUSE_MOVED.search(lighthouse_moved_line(who, "j-lighthouse.j.ns.svc", ["10.0.0.5"], ["10.0.0.9"], 1))
+    assert moved and (moved["group"], moved["host"], moved["old"], moved["new"], moved["n"]) == (
+        "1",
+        "j-lighthouse.j.ns.svc",
+        "10.0.0.5",
+        "10.0.0.9",
+        "1",
+    )
     plain = PROGRESS.search(progress_line(Identity("j", "0", 3), 10, 20, 0, 1.0, 1e-3, 5.0))
     assert plain and plain["group"] is None and plain["rank"] == "3"
 

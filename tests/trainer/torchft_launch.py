@@ -23,12 +23,17 @@ if not LIGHTHOUSE.exists():
 
 
 def lighthouse_cmd(
-    port: int, heartbeat_timeout_ms: int, min_replicas: int = 1, join_timeout_ms: int = 1000, quorum_tick_ms: int = 50
+    port: int,
+    heartbeat_timeout_ms: int,
+    min_replicas: int = 1,
+    join_timeout_ms: int = 1000,
+    quorum_tick_ms: int = 50,
+    ip: str = "127.0.0.1",
 ) -> list[str]:
     return [
         str(LIGHTHOUSE),
         "--bind",
-        f"127.0.0.1:{port}",
+        f"{ip}:{port}",
         "--min_replicas",
         str(min_replicas),
         "--join_timeout_ms",
@@ -40,9 +45,9 @@ def lighthouse_cmd(
     ]
 
 
-def start_lighthouse(port: int, heartbeat_timeout_ms: int, log: Path) -> subprocess.Popen:
+def start_lighthouse(port: int, heartbeat_timeout_ms: int, log: Path, ip: str = "127.0.0.1") -> subprocess.Popen:
     proc = subprocess.Popen(
-        lighthouse_cmd(port, heartbeat_timeout_ms),
+        lighthouse_cmd(port, heartbeat_timeout_ms, ip=ip),
         stdout=open(log, "w"),
         stderr=subprocess.STDOUT,
         cwd=ROOT,
@@ -51,7 +56,7 @@ def start_lighthouse(port: int, heartbeat_timeout_ms: int, log: Path) -> subproc
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:  # its status page answers once it listens
         try:
-            urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=1).read()
+            urllib.request.urlopen(f"http://{ip}:{port}/", timeout=1).read()
             return proc
         except OSError:
             if proc.poll() is not None:
@@ -66,10 +71,12 @@ def pod_ip(group: int) -> str:
     return f"127.0.0.{group + 1}"
 
 
-def group_env(lighthouse_port: int, group: int, groups: int, job: str, timeout_s: int = 10) -> dict[str, str]:
+def group_env(
+    lighthouse_port: int, group: int, groups: int, job: str, timeout_s: int = 10, lighthouse_host: str = "127.0.0.1"
+) -> dict[str, str]:
     return trainer_env(
         **{
-            ft.LIGHTHOUSE_ENV: f"http://127.0.0.1:{lighthouse_port}",
+            ft.LIGHTHOUSE_ENV: f"http://{lighthouse_host}:{lighthouse_port}",
             ft.REPLICA_GROUP_ENV: str(group),
             ft.NUM_REPLICA_GROUPS_ENV: str(groups),
             ft.MIN_REPLICAS_ENV: "1",

@@ -42,6 +42,10 @@ HEALED = re.compile(
     r"seconds=(?P<seconds>\d+\.\d\d)$",
     re.M,
 )
+LIGHTHOUSE_MOVED = re.compile(
+    _WHO + r" lighthouse moved host=(?P<host>\S+) from=(?P<old>\S+) to=(?P<new>\S+) connections_closed=(?P<n>\d+)$",
+    re.M,
+)
 COMPILED = re.compile(
     _WHO + r" compiled step=(?P<step>\d+) graphs=(?P<graphs>\d+) seconds=(?P<seconds>\d+\.\d) "
     r"total_graphs=(?P<total_graphs>\d+) total_seconds=(?P<total_seconds>\d+\.\d)$",
@@ -128,6 +132,15 @@ def healed_line(who: Identity, peer_group: int, step: int, samples: int, seconds
 def quorum_line(who: Identity, participants: int, groups: int, step: int) -> str:
     """torchft replica groups: the groups in this group's quorum changed (a peer left or joined)."""
     return f"{who.prefix} quorum replica_groups={participants}/{groups} step={step}"
+
+
+def lighthouse_moved_line(who: Identity, host: str, old: list[str], new: list[str], connections: int) -> str:
+    """torchft replica groups: the Lighthouse's name now gives another address (it was made again elsewhere, its
+    node lost): the connections to the old one were shut down and the Manager connects to the new one."""
+    return (
+        f"{who.prefix} lighthouse moved host={host} from={','.join(old)} to={','.join(new)} "
+        f"connections_closed={connections}"
+    )
 
 
 def started_line(

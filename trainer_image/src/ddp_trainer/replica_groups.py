@@ -51,9 +51,10 @@ from .config import Config  # noqa: E402
 from .ddp_model import make_optimizer  # noqa: E402
 from .distributed_env import DistEnv  # noqa: E402
 from .fault_tolerance import BATCHES_COMMITTED_KEY, ReplicaGroupEnv  # noqa: E402
+from .lighthouse_watch import LighthouseWatch, lighthouse_target  # noqa: E402
 from .lr_schedule import LearningRateSchedule  # noqa: E402
 from .metrics import TrainerMetrics  # noqa: E402
-from .progress_log import Identity, emit, healed_line, quorum_line  # noqa: E402
+from .progress_log import Identity, emit, healed_line, lighthouse_moved_line, quorum_line  # noqa: E402
 from .replica_sampler import ReplicaBatchSampler, data_position, steps_per_epoch  # noqa: E402
 from .rng_state import rank_seed, seed_everything  # noqa: E402
 from .workloads import Workload  # noqa: E402
@@ -274,6 +275,7 @@ class ReplicaGroups:
         self.groups: Any = None
         self.participants = 0  # replica groups in the last quorum
         self.uncommitted = 0  # steps in a row the groups did not commit
+        self.watch: LighthouseWatch | None = None  # group rank 0's, once wrap() built the Manager
 
     def data_shard(self) -> tuple[int, int]:
         """(ranks over all groups, this rank's place among them): the global batch B is split across both."""
@@ -313,6 +315,7 @@ class ReplicaGroups:
             # The Manager takes the trailing digits as the group's index (its global rank in torchft's logs).
             replica_id=f"{trainer.who.job}_group_{ft.replica_group}",
         )
+        self.watch = self._watch_lighthouse(trainer)
         ignored = ignored_ddp_options(cfg.ddp)
         if ignored:
             trainer._warn(f"{' and '.join(ignored)} ignored: torchft replica groups reduce gradients in their own hook")
@@ -333,6 +336,20 @@ class ReplicaGroups:
         inner = make_optimizer(ddp, cfg.train, use_fused(cfg.train.fused, device))
         callable_model = torch.compile(ddp) if trainer.compiled else ddp
         return ddp, callable_model, StepOptimizer(self.manager, inner), inner
+
+    def _watch_lighthouse(self, trainer: GroupTrainer) -> LighthouseWatch | None:
+        """In the group's rank 0, which holds the Manager's server and its connection to the Lighthouse: a
+        Lighthouse made again at another address under the same name (its node lost) is followed
+        (lighthouse_watch.py)."""
+        target = lighthouse_target(self.ft_env.lighthouse)
+        if self.env.rank != 0 or target is None:
+            return None
+        host, port = target
+
+        def say(old: list[str], new: list[str], n: int) -> None:
+            emit(lighthouse_moved_line(trainer.who, host, old, new, n))
+
+        return LighthouseWatch(host, port, say).start()
 
     @property
     def _manager(self) -> Manager:
@@ -466,5 +483,7 @@ class ReplicaGroups:
         t.metrics.run_samples.set(t.samples)
 
     def shutdown(self) -> None:
+        if self.watch is not None:
+            self.watch.stop()
         if self.manager is not None:
             self.manager.shutdown(wait=False)
