@@ -40,6 +40,54 @@ def stop_extra(index: int) -> None:
                    timeout=30)
 
 
+def freeze_extra(index: int) -> list[int]:
+    """A silent loss, as a node's power or network goes: agent `index` and every process of its pods are stopped
+    (SIGSTOP). The agent posts nothing more (the node goes NotReady at the node monitor's grace) and the pods'
+    kernel still acknowledges, so no peer is reset. (Killing the agent instead would kill its pods: each container's
+    init dies with it.) Its pods' names leave the machine's /etc/hosts at once, where the local node stands in for
+    the cluster's DNS, which no node serves alone. The stopped processes, the agent first, for thaw()."""
+    from ddpjob_localnode.hosts_block import write_block
+
+    agent = int((CLUSTER_DIR / "pids" / f"local-node-{index}.pid").read_text().strip())
+    os.kill(agent, signal.SIGSTOP)
+    frozen = [agent, *(pid for pid in _descendants(agent) if _signal(pid, signal.SIGSTOP))]
+    write_block(Path(os.environ.get("LOCAL_NODE_HOSTS_FILE", "/etc/hosts")), node_name(index), {})
+    return frozen
+
+
+def thaw(frozen: list[int]) -> None:
+    """The frozen node's agent and pods' processes ended (SIGKILL), as a node that comes back runs nothing of what
+    it ran. Its agent is started again by the caller, if at all."""
+    for pid in frozen:
+        _signal(pid, signal.SIGKILL)
+
+
+def _children(pid: int) -> list[int]:
+    """Every thread's children: the agent starts each container from a thread of its own."""
+    found = []
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        try:
+            found += [int(kid) for kid in (task / "children").read_text().split()]
+        except OSError:
+            continue
+    return found
+
+
+def _descendants(pid: int) -> list[int]:
+    found = []
+    for kid in _children(pid):
+        found += [kid, *_descendants(kid)]
+    return found
+
+
+def _signal(pid: int, signum: int) -> bool:
+    try:
+        os.kill(pid, signum)
+        return True
+    except ProcessLookupError:
+        return False
+
+
 def agent_pid() -> int | None:
     try:
         pid = int(PID_FILE.read_text().strip())

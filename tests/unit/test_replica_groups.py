@@ -285,15 +285,14 @@ BUNDLED_PROGRESS = {"attempt": 0, "step": 50, "replicaGroups": 2, "updateTime": 
     ("its node lost", "lost", None),
     ("its process ended (OOMKilled)", "Failed", None),
     ("deleted by someone", "deleting", None),
-    ("its node lost, the bundled trainer's groups: their quorum call holds on to it", "lost", BUNDLED_PROGRESS),
     ("ended, a trainer of one's own (no replica groups reported)", "Failed", {**BUNDLED_PROGRESS, "replicaGroups": None}),
     ("ended, the bundled trainer's groups of an earlier attempt", "Failed", {**BUNDLED_PROGRESS, "attempt": -1}),
 ])
 def test_a_running_jobs_lighthouse_gone_recreates_the_group(how, lighthouse, progress):
     """A Lighthouse gone silent (a lost node) holds the groups' quorum call until quorumTimeoutSeconds and their
-    processes end; one that ended or was deleted is found again only by groups that reconnect (the bundled
-    trainer's, told by their report of the groups in their quorum). Otherwise the group restarts from its
-    checkpoint with a new Lighthouse instead of hanging."""
+    processes end; one that ended or was deleted refuses it. Only groups that reconnect (the bundled trainer's, told
+    by their report of the groups in their quorum) find a new one. Otherwise the group restarts from its checkpoint
+    with a new Lighthouse instead of hanging."""
     job = torchft(make_job("a").replicas(2).restart_backoff(0)).running()
     if progress is not None:
         job.status(progress={k: v for k, v in progress.items() if v is not None})
@@ -308,13 +307,15 @@ def test_a_running_jobs_lighthouse_gone_recreates_the_group(how, lighthouse, pro
 
 
 @pytest.mark.parametrize("how, lighthouse, event", [
+    ("its node lost: it goes silent", "lost", "LighthouseLost"),
     ("its process ended (OOMKilled)", "Failed", "LighthouseEnded"),
     ("deleted by someone", "deleting", None),
 ])
 def test_the_bundled_trainers_groups_train_on_with_a_lighthouse_made_again(how, lighthouse, event):
     """Issue 35: it recreated the group from its checkpoint. The bundled trainer's groups ask a new Lighthouse for
-    their quorum (tests/trainer/test_torchft_lighthouse_replaced.py): the Lighthouse alone is made again, the job
-    stays in its attempt, and no budget is spent."""
+    their quorum, and follow its name from one gone silent (tests/trainer/test_torchft_lighthouse_replaced.py,
+    test_torchft_lighthouse_silent.py): the Lighthouse alone is made again, the job stays in its attempt, and no
+    budget is spent. One on a lost node is force-deleted: its name is free for the new one at once."""
     job = torchft(make_job("a").replicas(2).restart_backoff(0)).running()
     job.status(progress=dict(BUNDLED_PROGRESS))
     pod, node_list = gone_lighthouse(lighthouse)
@@ -325,7 +326,11 @@ def test_the_bundled_trainers_groups_train_on_with_a_lighthouse_made_again(how, 
     reasons = [e.reason for e in plan.events]
     assert "Restarting" not in reasons and plan.create_pods == [], reasons
     assert plan.delete_pods == ([LIGHTHOUSE] if lighthouse == "Failed" else []), "no worker goes with it"
+    assert plan.force_delete_pods == ([LIGHTHOUSE] if lighthouse == "lost" else [])
     assert event is None or event in reasons, reasons
+    if lighthouse == "lost":
+        (said,) = [e.message for e in plan.events if e.reason == "LighthouseLost"]
+        assert "follow its name to the new one" in said, said
     # Once it is gone, the new one.
     plan = plan_reconcile(observe(job.build(), running_pods("a", 2), nodes=node_list), SETTINGS)
     assert [p["metadata"]["name"] for p in plan.create_pods] == [LIGHTHOUSE]

@@ -190,7 +190,8 @@ def _lost(obs: Observed, grace_seconds: float) -> Callable[[dict], bool]:
 
 def reconnects_to_a_new_lighthouse(status: JobStatus) -> bool:
     """Whether this attempt's replica groups go on with a Lighthouse made again: the bundled trainer's do (a refused
-    quorum call is asked again on a new connection, and a quorum its process group was not built for is built
+    quorum call is asked again on a new connection; a connection to an address the Lighthouse's name no longer
+    gives, one gone silent with its node, is shut down; a quorum its process group was not built for is built
     again: docs/trainer.md, "When the Lighthouse is replaced"). Told by what only it reports, the groups in its
     quorum (ddp_trainer_replica_groups), in this attempt's progress. A trainer of one's own, or none read yet: no."""
     progress = status.get("progress") or {}
@@ -199,12 +200,11 @@ def reconnects_to_a_new_lighthouse(status: JobStatus) -> bool:
 
 def lighthouse_failures(obs: Observed, spec: JobSpec, status: JobStatus, grace_seconds: float) -> list[Failure]:
     """The Running job's Lighthouse is gone: a failure of the whole group, recreated from the newest checkpoint with
-    a new Lighthouse, unless its groups reconnect to a new one. A Lighthouse on a lost node goes silent: the groups'
-    quorum call holds on to it until quorumTimeoutSeconds and their processes end (measured, docs/fault-tolerance.md),
-    so that is always a recreation. One that ended or was deleted resets its connections: groups that reconnect
-    (reconnects_to_a_new_lighthouse) train on with the one lighthouse_step makes again, and nothing fails; others'
-    quorum calls would fail until their quorum timeout, so the group is recreated."""
-    if not spec.fault_tolerance.torchft or status.get("phase") != c.RUNNING:
+    a new Lighthouse, unless its groups reconnect to a new one (reconnects_to_a_new_lighthouse): those train on with
+    the one lighthouse_step makes again, and nothing fails. Others cannot: one that ended or was deleted refuses
+    their quorum calls until their quorum timeout, and one on a lost node goes silent and holds them to it (measured,
+    docs/fault-tolerance.md), so their group is recreated."""
+    if not spec.fault_tolerance.torchft or status.get("phase") != c.RUNNING or reconnects_to_a_new_lighthouse(status):
         return []
     lost = _lost(obs, grace_seconds)
     for pod in obs.lighthouses:
@@ -213,9 +213,7 @@ def lighthouse_failures(obs: Observed, spec: JobSpec, status: JobStatus, grace_s
         if lost(pod):
             message = f"the job's Lighthouse {name} lost its node: no replica group can form a quorum"
             return [Failure(pod=name, kind=failures.NODE_LOST, reason="LighthouseLost", at=obs.now, message=message)]
-        if (phase in ("Succeeded", "Failed") or pod["metadata"].get("deletionTimestamp")) and not (
-            reconnects_to_a_new_lighthouse(status)
-        ):
+        if phase in ("Succeeded", "Failed") or pod["metadata"].get("deletionTimestamp"):
             why = "was deleted" if pod["metadata"].get("deletionTimestamp") else f"ended ({phase})"
             message = f"the job's Lighthouse {name} {why}: no replica group can form a quorum"
             return [Failure(pod=name, kind=failures.DELETED, reason="LighthouseEnded", at=obs.now, message=message)]
@@ -246,11 +244,15 @@ def lighthouse_step(
     if decided.create and obs.pods:
         name = lighthouse_name(obs.job["metadata"]["name"])
         plan.event("Normal", "LighthouseCreated", f"created the Lighthouse pod {name} again")
+    follows = wanted and phase == c.RUNNING and reconnects_to_a_new_lighthouse(status)
     for name in decided.force_delete:
         plan.event(
-            "Warning", "LighthouseLost", f"the Lighthouse pod {name} is on a lost node: force-deleted, made again"
+            "Warning",
+            "LighthouseLost",
+            f"the Lighthouse pod {name} is on a lost node: force-deleted, made again"
+            + ("; the replica groups follow its name to the new one and train on" if follows else ""),
         )
-    if wanted and phase == c.RUNNING and reconnects_to_a_new_lighthouse(status):
+    if follows:
         ended = [p for p in obs.lighthouses if p["metadata"]["name"] in decided.delete]
         for pod in ended:
             why = (pod.get("status") or {}).get("phase")
