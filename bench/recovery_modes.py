@@ -24,8 +24,14 @@ TorchFT's survivors never restart, so for it:
 - back: the fault to worker 0's first step line past the fault step (survivors lose no step);
 - heal: the fault to the replacement group's `healed from live peer` line (its rank is lost until then; a lost
   node's replacement may find no room until the node returns: then its rank counts as lost for `back`);
-- rank-seconds lost: the survivors x stall + 1 x heal; if the Lighthouse itself was on the lost node the whole
-  group restarts from a checkpoint (replica_groups.lighthouse_failures), and it is all ranks x back as for Recreate.
+- rank-seconds lost: the survivors x stall + 1 x heal; if the group restarted from a checkpoint instead (a trainer
+  that does not follow a new Lighthouse, replica_groups.lighthouse_failures), all ranks x back as for Recreate.
+- `--faults freeze`: replica 1's node goes silent: on the local nodes its agent and its processes are frozen
+  (tests/support/localnode.freeze: no reset reaches a peer, and the node goes NotReady at the node monitor's grace),
+  as the real nodes' "node" does.
+- `--faults lighthouse` (TorchFT only): the node the Lighthouse runs on goes silent as in "freeze", a worker's node
+  too (every node holds one); the steps are read from the lowest replica not on it. Its Recreate base is "freeze"
+  when the run has it, else "node".
 - `--faults lighthouse-pod` (TorchFT only): the Lighthouse's pod deleted. No group is lost: every group stalls until
   it has a quorum with the new Lighthouse, so rank-seconds are all ranks x stall (all ranks x back if the group
   restarted from a checkpoint instead), compared with Recreate's deleted pod.
@@ -105,6 +111,13 @@ class LocalNodes:
     def start(self, c, index: int) -> None:
         localnode.start(c) if index == 0 else localnode.start_extra(c, index, nodes=3)
 
+    def freeze(self, index: int) -> None:
+        self.frozen = localnode.freeze(index)
+
+    def thaw(self, c, index: int) -> None:
+        localnode.thaw(self.frozen)
+        self.start(c, index)
+
 
 class RealNodes:
     """The two real nodes (hack/realnode.sh) and the trainer image; a lost node is its kubelet stopped."""
@@ -161,6 +174,12 @@ class RealNodes:
         for word in ("thaw", "start"):
             done = realnode(word, str(index), check=False)
             assert done.returncode == 0, done.stdout + done.stderr
+
+    def freeze(self, index: int) -> None:
+        self.stop(index)  # a real node's loss is silent already
+
+    def thaw(self, c, index: int) -> None:
+        self.start(c, index)
 
 
 NODES: LocalNodes | RealNodes = LocalNodes()
@@ -221,10 +240,10 @@ def pods(c, ns: str) -> list[dict]:
     return json.loads(out.stdout)["items"]
 
 
-def worker0_steps(c, ns: str) -> tuple[list[tuple[float, int]], list[float], int | None]:
-    """(time, step) of every step line of the job's pods 0, the times its trainer processes started, and the step
-    it last resumed from."""
-    zero = [p for p in pods(c, ns) if p["metadata"]["labels"].get("ddpjob.dev/replica-index") == "0"]
+def worker0_steps(c, ns: str, index: int = 0) -> tuple[list[tuple[float, int]], list[float], int | None]:
+    """(time, step) of every step line of the job's pods 0 (or `index`), the times its trainer processes started,
+    and the step it last resumed from."""
+    zero = [p for p in pods(c, ns) if p["metadata"]["labels"].get("ddpjob.dev/replica-index") == str(index)]
     steps: list[tuple[float, int]] = []
     starts: list[float] = []
     resumed = None
@@ -247,10 +266,10 @@ def after_restart(lines: list[tuple[float, int]], starts: list[float], at: float
     return [] if began is None else [(t, s) for t, s in lines if t > began]
 
 
-def end_run(c, ns: str, stopped: int | None) -> None:
+def end_run(c, ns: str, stopped: int | None, frozen: bool = False) -> None:
     """Bring a stopped node back and delete the job, whatever the run measured."""
     if stopped is not None:
-        NODES.start(c, stopped)
+        (NODES.thaw if frozen else NODES.start)(c, stopped)
     c.kubectl("-n", ns, "delete", "ddpj", JOB, "--wait=true", "--timeout=120s", check=False)
     wait_until(lambda: not pods(c, ns), timeout=120, what="the job's pods gone")
 
@@ -263,18 +282,26 @@ def one_run(c, ns: str, mode: str, fault: str, nodes: list[str], steps: int) -> 
     before = {p["metadata"]["uid"] for p in pods(c, ns)}
     victim_pod = next(p for p in pods(c, ns) if p["metadata"]["labels"].get("ddpjob.dev/replica-index") == "1")
     stopped = None
+    if fault in ("node", "freeze", "lighthouse"):  # replica 1's node; "lighthouse" (TorchFT): the Lighthouse's
+        target = next(p for p in lighthouses(c, ns)) if fault == "lighthouse" else victim_pod
+        stopped = nodes.index(target["spec"]["nodeName"])
+    # TorchFT's steps are read from the lowest replica on a node that stays (its survivors never restart).
+    watched = min(
+        int(p["metadata"]["labels"]["ddpjob.dev/replica-index"])
+        for p in pods(c, ns)
+        if "ddpjob.dev/replica-index" in p["metadata"]["labels"]
+        and (mode != "TorchFT" or stopped is None or p["spec"].get("nodeName") != nodes[stopped])
+    )
     at = time.time()
-    reached = worker0_steps(c, ns)[0][-1][1]
+    reached = worker0_steps(c, ns, watched)[0][-1][1]
     if fault == "kill":
         NODES.kill(c, ns, victim_pod)
     elif fault == "delete":
         c.kubectl("-n", ns, "delete", "pod", victim_pod["metadata"]["name"], "--wait=false")
     elif fault == "lighthouse-pod":  # TorchFT: the Lighthouse's pod deleted (as an eviction or a kubectl delete)
         c.kubectl("-n", ns, "delete", "pod", lighthouses(c, ns)[0]["metadata"]["name"], "--wait=false")
-    else:  # "node": replica 1's node; "lighthouse" (TorchFT): the Lighthouse's node, a worker's too
-        target = victim_pod if fault == "node" else next(p for p in lighthouses(c, ns))
-        stopped = nodes.index(target["spec"]["nodeName"])
-        NODES.stop(stopped)
+    elif stopped is not None:  # "freeze" and the Lighthouse's node go silent, as a real node's loss does
+        (NODES.stop if fault == "node" else NODES.freeze)(stopped)
     say(f"{mode} {fault}: fault at step {reached}")
 
     def first(at_least: int):
@@ -282,14 +309,14 @@ def one_run(c, ns: str, mode: str, fault: str, nodes: list[str], steps: int) -> 
         return next((t for t, s in after_restart(found, starts, at) if s >= at_least), None)
 
     if mode == "TorchFT":
-        return torchft_run(c, ns, fault, nodes, stopped, at, reached, before)
+        return torchft_run(c, ns, fault, nodes, stopped, at, reached, before, watched)
     try:
         advancing = wait_until(lambda: first(0), timeout=400, interval=1.0, what="steps advancing again")
         back = wait_until(lambda: first(reached), timeout=120, interval=1.0, what="back at the step")
         _, _, resumed = worker0_steps(c, ns)
         created = [p for p in pods(c, ns) if p["metadata"]["uid"] not in before]
     finally:
-        end_run(c, ns, stopped)
+        end_run(c, ns, stopped, frozen=fault == "freeze")
     stall, back_s = advancing - at, back - at
     lost_steps = max(0, reached - resumed) if resumed is not None and resumed <= reached else 0
     row = {
@@ -319,8 +346,9 @@ def healed_at(c, ns: str, before: set[str]) -> float | None:
     return None
 
 
-def lighthouse_replaced(c, ns: str, before: set[str]) -> float:
-    """When worker 0 has trained 20 steps with a Lighthouse made after the fault (the old one's pod deleted)."""
+def lighthouse_replaced(c, ns: str, before: set[str], watched: int = 0) -> float:
+    """When worker `watched` has trained 20 steps with a Lighthouse made after the fault (the old one's pod deleted,
+    or its node lost)."""
     wait_until(
         lambda: any(
             p["metadata"]["uid"] not in before and (p.get("status") or {}).get("phase") == "Running"
@@ -330,9 +358,9 @@ def lighthouse_replaced(c, ns: str, before: set[str]) -> float:
         interval=0.5,
         what="a new Lighthouse running",
     )
-    since, base = time.time(), worker0_steps(c, ns)[0][-1][1]
+    since, base = time.time(), worker0_steps(c, ns, watched)[0][-1][1]
     return wait_until(
-        lambda: next((t for t, s in worker0_steps(c, ns)[0] if t > since and s > base + 20), None),
+        lambda: next((t for t, s in worker0_steps(c, ns, watched)[0] if t > since and s > base + 20), None),
         timeout=300,
         interval=1.0,
         what="worker 0 training with the new Lighthouse",
@@ -340,9 +368,17 @@ def lighthouse_replaced(c, ns: str, before: set[str]) -> float:
 
 
 def torchft_run(
-    c, ns: str, fault: str, nodes: list[str], stopped: int | None, at: float, reached: int, before: set[str]
+    c,
+    ns: str,
+    fault: str,
+    nodes: list[str],
+    stopped: int | None,
+    at: float,
+    reached: int,
+    before: set[str],
+    watched: int,
 ) -> dict:
-    lighthouse_lost = fault in ("node", "lighthouse") and any(
+    lighthouse_lost = fault in ("node", "freeze", "lighthouse") and any(
         p["metadata"]["labels"].get("app.kubernetes.io/component") == "lighthouse"
         and p["spec"].get("nodeName") == nodes[stopped or 0]
         and p["metadata"]["uid"] in before
@@ -350,30 +386,35 @@ def torchft_run(
     )
 
     def trained_past(steps: int) -> float | None:
-        return next((t for t, s in worker0_steps(c, ns)[0] if t > at and s > reached + steps), None)
+        return next((t for t, s in worker0_steps(c, ns, watched)[0] if t > at and s > reached + steps), None)
 
     try:
-        # The survivors train on (or, if the Lighthouse was on the lost node, the group restarts from a checkpoint);
-        # a lost node's replacement has no room until the node returns, so its heal may never come here.
-        wait_until(lambda: trained_past(20), timeout=400, interval=1.0, what="worker 0 training past the fault")
-        until = lighthouse_replaced(c, ns, before) if fault == "lighthouse-pod" else None
-        try:  # no group is lost when only the Lighthouse's pod goes: no heal to wait for
+        # The survivors train on (or, with a trainer that does not follow a new Lighthouse, the group restarts from
+        # a checkpoint); a lost node's replacement has no room until the node returns, so its heal may never come.
+        wait_until(
+            lambda: trained_past(20), timeout=400, interval=1.0, what=f"worker {watched} training past the fault"
+        )
+        # A lost Lighthouse (its pod, or its node) stalls the groups until they have a quorum with the new one: the
+        # stall is looked for until then (a node's processes end seconds after its stop begins).
+        until = lighthouse_replaced(c, ns, before, watched) if fault == "lighthouse-pod" or lighthouse_lost else None
+        # Before the heal: the survivors may finish the job's steps meanwhile, and its pods go with it.
+        created = [p for p in pods(c, ns) if p["metadata"]["uid"] not in before]
+        try:  # no group is lost when only the Lighthouse's pod goes, and a lost node's has no room (one per node)
             heal: float | None = (
                 None
-                if fault == "lighthouse-pod"
+                if stopped is not None or fault == "lighthouse-pod"
                 else wait_until(lambda: healed_at(c, ns, before), timeout=90, interval=1.0, what="heal")
             )
         except AssertionError:
             heal = None
-        lines, _, resumed = worker0_steps(c, ns)
-        created = [p for p in pods(c, ns) if p["metadata"]["uid"] not in before]
+        lines, _, resumed = worker0_steps(c, ns, watched)
     finally:
-        end_run(c, ns, stopped)
+        end_run(c, ns, stopped, frozen=fault in ("freeze", "lighthouse"))
     earlier = [t for t, _ in lines if t <= at]
     usual = statistics.median([b - a for a, b in zip(earlier, earlier[1:], strict=False)] or [0.0])
     back_at = next(t for t, s in lines if t > at and s > reached)
-    # The Lighthouse's pod goes some seconds after the delete (its grace): its stall is looked for until worker 0
-    # trains on with the new one, and it is back once the longest gap is over.
+    # The Lighthouse's pod goes some seconds after the delete (its grace), or with its node: the stall is looked for
+    # until the watched worker trains on with the new one, and it is back once the longest gap is over.
     later = [at] + [t for t, _ in lines if at < t <= (until or back_at)]
     gaps = list(zip(later, later[1:], strict=False))
     longest = max(gaps, key=lambda g: g[1] - g[0], default=(at, back_at))
@@ -381,9 +422,9 @@ def torchft_run(
     back = (longest[1] if until else back_at) - at
     # The lost group's rank is lost until it heals (or, with no room for it, as long as the others' recovery).
     lost_group = (heal - at) if heal is not None else back
-    # The Lighthouse's pod alone deleted: every group stalls (none is lost), unless the group restarted from a
-    # checkpoint (the operator's answer before the groups reconnected to a new Lighthouse).
-    restarted = lighthouse_lost or (fault == "lighthouse-pod" and resumed is not None)
+    # The group restarted from a checkpoint: the operator's answer to a lost Lighthouse before the groups followed a
+    # new one. The Lighthouse's pod alone deleted: every group stalls (none is lost).
+    restarted = resumed is not None
     if restarted:
         rank_seconds = NODES.count * back
     elif fault == "lighthouse-pod":
@@ -394,6 +435,7 @@ def torchft_run(
         "mode": "TorchFT",
         "fault": fault,
         "fault_step": reached,
+        "watched_replica": watched,
         "stall_seconds": round(stall, 2),
         "back_seconds": round(back, 2),
         "heal_seconds": round(heal - at, 2) if heal is not None else None,
@@ -409,7 +451,11 @@ def torchft_run(
 
 def save(out: Path, rows: list[dict]) -> None:
     for row in rows:
-        fault = {"lighthouse": "node", "lighthouse-pod": "delete"}.get(row["fault"], row["fault"])
+        # The Lighthouse's node goes silent: compared with a silent node under Recreate when the run has one.
+        silent = any(r["fault"] == "freeze" and r["mode"] == "Recreate" for r in rows)
+        fault = {"lighthouse": "freeze" if silent else "node", "lighthouse-pod": "delete"}.get(
+            row["fault"], row["fault"]
+        )
         base = next((r for r in rows if r["fault"] == fault and r["mode"] == "Recreate" and "error" not in r), None)
         if "error" in row:
             continue
@@ -446,7 +492,11 @@ def main() -> int:
     # the default run: on three nodes that all hold a worker, "node" lost the Lighthouse too in every run so far,
     # and a run of it right after "node" timed out waiting for step 100 (worker 0's log on the restarted node 0).
     # "lighthouse-pod" (TorchFT only, with "delete" for its Recreate base): delete the Lighthouse's pod.
-    parser.add_argument("--faults", nargs="+", choices=(*FAULTS, "lighthouse", "lighthouse-pod"), default=list(FAULTS))
+    # "freeze": replica 1's node goes silent (local nodes: its agent and processes frozen), the base of "lighthouse"
+    # when the run has it.
+    parser.add_argument(
+        "--faults", nargs="+", choices=(*FAULTS, "freeze", "lighthouse", "lighthouse-pod"), default=list(FAULTS)
+    )
     parser.add_argument("--modes", nargs="+", choices=MODES, default=list(MODES))
     parser.add_argument("--last-call", type=int, default=None, help="rendezvous.lastCallTimeoutSeconds")
     parser.add_argument("--peer-timeout", type=int, default=None, help="InPlace's DDP_TRAINER_PEER_TIMEOUT_SECONDS")
