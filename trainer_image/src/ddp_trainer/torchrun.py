@@ -39,17 +39,18 @@ import tempfile
 import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
-from torch.distributed import run as torch_run
-from torch.distributed.elastic.multiprocessing.errors import ChildFailedError, ProcessFailure
 
 from .final_step import TERMINATION_LOG_ENV, is_final_step_record
 from .pid1 import become_init
-from .warm_workers import prepare_fork_server, warm_worker_args
+from .warm_workers import prepare_fork_server, start_fork_server, warm_worker_args
+
+if TYPE_CHECKING:
+    from torch.distributed.elastic.multiprocessing.errors import ProcessFailure
 
 # Enough lines for a short traceback's end; few enough characters that the operator (1024) and the kubelet (4096
 # bytes) keep all of them, so the last line, the cause, is never the one cut.
@@ -63,6 +64,13 @@ _ATTEMPT = re.compile(r"attempt_(\d+)$")
 def main(argv: list[str] | None = None) -> None:
     become_init()  # as a container's PID 1: reap orphans and forward signals from a parent (pid1.py)
     args = list(sys.argv[1:] if argv is None else argv)
+    if os.environ.get(ERROR_FILE_ENV):
+        os.environ.setdefault(TERMINATION_LOG_ENV, os.environ[ERROR_FILE_ENV])
+    # The warm workers' fork server imports torch beside this process, which imports it next (warm_workers.py).
+    start_fork_server(args)
+    from torch.distributed import run as torch_run
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+
     chosen = torch_run.parse_args(args)
     own_log_dir = None
     if not chosen.log_dir:
@@ -71,8 +79,6 @@ def main(argv: list[str] | None = None) -> None:
     if chosen.tee == "0" and chosen.redirects == "0":
         args = ["--tee=2", *args]
     log_dir = Path(chosen.log_dir or own_log_dir or "")
-    if os.environ.get(ERROR_FILE_ENV):
-        os.environ.setdefault(TERMINATION_LOG_ENV, os.environ[ERROR_FILE_ENV])
     agent_endpoint = serve_agent_restarts(log_dir, os.environ)
     warm = warm_worker_args(args)
     if warm is not None:

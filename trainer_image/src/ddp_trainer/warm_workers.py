@@ -54,6 +54,29 @@ def warm_worker_args(args: list[str], environ: dict[str, str] | os._Environ = os
     return [*options, "--run-path", f"--start-method={START_METHOD}", str(FORKED_WORKER), *rest]
 
 
+def likely_warm(args: list[str], environ: dict[str, str] | os._Environ = os.environ) -> bool:
+    """Without importing torch: whether warm_worker_args is about to take this command line over (`-m ddp_trainer`,
+    no start of its own anywhere on the line, not turned off). It only lets the fork server start early
+    (start_fork_server); warm_worker_args decides."""
+    if environ.get(OFF_ENV, "1") == "0" or any(a.split("=", 1)[0] in _OWN_START for a in args):
+        return False
+    return any(a in ("-m", "--module") and b == HARNESS_MODULE for a, b in zip(args, args[1:], strict=False))
+
+
+def start_fork_server(args: list[str], environ: dict[str, str] | os._Environ = os.environ) -> bool:
+    """Start the fork server now, before the agent imports torch, when the harness's workers will be its forks: its
+    imports (torch, torch._dynamo, the harness: the longest part of a pod's start) then run beside the agent's own
+    import of torch and its rendezvous, not after them. torchrun's forkserver start method finds it running (one
+    per process, multiprocessing's). True when it started one."""
+    if not likely_warm(args, environ):
+        return False
+    prepare_fork_server(environ)
+    from multiprocessing import forkserver
+
+    forkserver.ensure_running()
+    return True
+
+
 def prepare_fork_server(environ: dict[str, str] | os._Environ = os.environ) -> None:
     """Before torchrun starts its first worker: what the fork server imports, and no CUDA call to answer whether
     CUDA is there (the fork server and this agent inherit the variable; so do the workers, which is harmless)."""
