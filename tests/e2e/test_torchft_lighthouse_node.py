@@ -57,7 +57,7 @@ def test_the_lighthouses_node_lost_the_survivor_trains_on_with_a_new_one_in_its_
         survivor = 1 - lost_group
         survivor_pod = f"ft-worker-{survivor}"
         at_loss = scrape(cluster, namespace, survivor)["ddp_trainer_step"]
-        frozen = localnode.freeze_extra(three_local_nodes.index(lost_node))
+        frozen = localnode.freeze(three_local_nodes.index(lost_node))
         lost_at = time.monotonic()
 
         phases: set[str] = set()

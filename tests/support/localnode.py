@@ -40,15 +40,15 @@ def stop_extra(index: int) -> None:
                    timeout=30)
 
 
-def freeze_extra(index: int) -> list[int]:
-    """A silent loss, as a node's power or network goes: agent `index` and every process of its pods are stopped
+def freeze(index: int = 0) -> list[int]:
+    """A silent loss, as a node's power or network goes: agent `index` (0: the first) and every process of its pods are stopped
     (SIGSTOP). The agent posts nothing more (the node goes NotReady at the node monitor's grace) and the pods'
     kernel still acknowledges, so no peer is reset. (Killing the agent instead would kill its pods: each container's
     init dies with it.) Its pods' names leave the machine's /etc/hosts at once, where the local node stands in for
     the cluster's DNS, which no node serves alone. The stopped processes, the agent first, for thaw()."""
     from ddpjob_localnode.hosts_block import write_block
 
-    agent = int((CLUSTER_DIR / "pids" / f"local-node-{index}.pid").read_text().strip())
+    agent = int((PID_FILE if index == 0 else CLUSTER_DIR / "pids" / f"local-node-{index}.pid").read_text().strip())
     os.kill(agent, signal.SIGSTOP)
     frozen = [agent, *(pid for pid in _descendants(agent) if _signal(pid, signal.SIGSTOP))]
     write_block(Path(os.environ.get("LOCAL_NODE_HOSTS_FILE", "/etc/hosts")), node_name(index), {})
