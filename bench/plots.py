@@ -276,7 +276,7 @@ def plot_recovery_modes(rec: dict, out: Path, name: str = "recovery_modes.png") 
     faults = list(dict.fromkeys(r["fault"] for r in rows))
     modes = list(dict.fromkeys(r["mode"] for r in rows))
     colors = {"Recreate": "tab:gray", "InPlace": "tab:blue", "TorchFT": "tab:green"}
-    fig, (lost, stall) = plt.subplots(1, 2, figsize=(12, 4.2))
+    fig, (lost, stall) = plt.subplots(1, 2, figsize=(14, 4.6))
     width = 0.8 / max(1, len(modes))
     for i, mode in enumerate(modes):
         by_fault = {r["fault"]: r for r in rows if r["mode"] == mode}
@@ -284,10 +284,12 @@ def plot_recovery_modes(rec: dict, out: Path, name: str = "recovery_modes.png") 
         for ax, key in ((lost, "rank_seconds_lost"), (stall, "stall_seconds")):
             ax.bar(xs, [by_fault.get(f, {}).get(key, 0) for f in faults], width, label=mode, color=colors.get(mode))
     names = {
-        "kill": "kill -9 one process",
-        "delete": "delete one pod",
-        "node": "stop one node",
-        "lighthouse": "stop the Lighthouse's node",
+        "kill": "kill -9\none process",
+        "delete": "delete\none pod",
+        "node": "stop\none node",
+        "freeze": "one node\nsilent",
+        "lighthouse": "the Lighthouse's\nnode silent",
+        "lighthouse-pod": "delete the\nLighthouse's pod",
     }
     for ax, title in ((lost, "rank-seconds lost (lower is better)"), (stall, "survivors' stall, s")):
         ax.set_xticks(range(len(faults)), [names.get(f, f) for f in faults])

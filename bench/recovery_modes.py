@@ -408,6 +408,8 @@ def torchft_run(
         except AssertionError:
             heal = None
         lines, _, resumed = worker0_steps(c, ns, watched)
+        # A replacement comes after the survivors' 20 steps: the pods made, seen before or after the heal.
+        made = ({p["metadata"]["uid"] for p in created} | {p["metadata"]["uid"] for p in pods(c, ns)}) - before
     finally:
         end_run(c, ns, stopped, frozen=fault in ("freeze", "lighthouse"))
     earlier = [t for t, _ in lines if t <= at]
@@ -442,7 +444,7 @@ def torchft_run(
         "lighthouse_lost": lighthouse_lost,
         "group_restarted": restarted,
         "steps_lost": max(0, reached - resumed) if restarted and resumed is not None else 0,
-        "pods_recreated": len(created),
+        "pods_recreated": len(made),
         "rank_seconds_lost": round(rank_seconds, 1),
     }
     say(f"TorchFT {fault}: {row}")

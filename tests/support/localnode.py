@@ -60,6 +60,9 @@ def thaw(frozen: list[int]) -> None:
     it ran. Its agent is started again by the caller, if at all."""
     for pid in frozen:
         _signal(pid, signal.SIGKILL)
+    # Gone before anyone starts the agent again: a dying agent still found by its pid file is taken for running.
+    for pid in frozen:
+        wait_until(lambda pid=pid: _gone(pid), timeout=30, what=f"frozen pid {pid} to end")
 
 
 def _children(pid: int) -> list[int]:
