@@ -70,6 +70,7 @@ from progress_lines import say
 ROOT = Path(__file__).resolve().parents[1]
 
 FAULTS = ("kill", "delete", "node")
+SILENT = ("freeze", "lighthouse")  # the faults whose node goes silent (frozen), not stopped
 MODES = ("Recreate", "InPlace", "TorchFT")
 JOB = "rec"
 LAST_CALL: int | None = None  # --last-call: rendezvous.lastCallTimeoutSeconds for every run (unset: the operator's)
@@ -300,8 +301,8 @@ def one_run(c, ns: str, mode: str, fault: str, nodes: list[str], steps: int) -> 
         c.kubectl("-n", ns, "delete", "pod", victim_pod["metadata"]["name"], "--wait=false")
     elif fault == "lighthouse-pod":  # TorchFT: the Lighthouse's pod deleted (as an eviction or a kubectl delete)
         c.kubectl("-n", ns, "delete", "pod", lighthouses(c, ns)[0]["metadata"]["name"], "--wait=false")
-    elif stopped is not None:  # "freeze" and the Lighthouse's node go silent, as a real node's loss does
-        (NODES.stop if fault == "node" else NODES.freeze)(stopped)
+    elif stopped is not None:  # SILENT: the node goes silent, as a real node's loss does
+        (NODES.freeze if fault in SILENT else NODES.stop)(stopped)
     say(f"{mode} {fault}: fault at step {reached}")
 
     def first(at_least: int):
@@ -316,7 +317,7 @@ def one_run(c, ns: str, mode: str, fault: str, nodes: list[str], steps: int) -> 
         _, _, resumed = worker0_steps(c, ns)
         created = [p for p in pods(c, ns) if p["metadata"]["uid"] not in before]
     finally:
-        end_run(c, ns, stopped, frozen=fault == "freeze")
+        end_run(c, ns, stopped, frozen=fault in SILENT)
     stall, back_s = advancing - at, back - at
     lost_steps = max(0, reached - resumed) if resumed is not None and resumed <= reached else 0
     row = {
@@ -411,7 +412,7 @@ def torchft_run(
         # A replacement comes after the survivors' 20 steps: the pods made, seen before or after the heal.
         made = ({p["metadata"]["uid"] for p in created} | {p["metadata"]["uid"] for p in pods(c, ns)}) - before
     finally:
-        end_run(c, ns, stopped, frozen=fault in ("freeze", "lighthouse"))
+        end_run(c, ns, stopped, frozen=fault in SILENT)
     earlier = [t for t, _ in lines if t <= at]
     usual = statistics.median([b - a for a, b in zip(earlier, earlier[1:], strict=False)] or [0.0])
     back_at = next(t for t, s in lines if t > at and s > reached)
@@ -452,9 +453,9 @@ def torchft_run(
 
 
 def save(out: Path, rows: list[dict]) -> None:
+    # The Lighthouse's node goes silent: compared with a silent node under Recreate when the run has one.
+    silent = any(r["fault"] == "freeze" and r["mode"] == "Recreate" for r in rows)
     for row in rows:
-        # The Lighthouse's node goes silent: compared with a silent node under Recreate when the run has one.
-        silent = any(r["fault"] == "freeze" and r["mode"] == "Recreate" for r in rows)
         fault = {"lighthouse": "freeze" if silent else "node", "lighthouse-pod": "delete"}.get(
             row["fault"], row["fault"]
         )

@@ -47,10 +47,11 @@ def freeze(index: int = 0) -> list[int]:
     init dies with it.) Its pods' names leave the machine's /etc/hosts at once, where the local node stands in for
     the cluster's DNS, which no node serves alone. The stopped processes, the agent first, for thaw()."""
     from ddpjob_localnode.hosts_block import write_block
+    from ddpjob_localnode.recovery import descendants
 
     agent = int((PID_FILE if index == 0 else CLUSTER_DIR / "pids" / f"local-node-{index}.pid").read_text().strip())
     os.kill(agent, signal.SIGSTOP)
-    frozen = [agent, *(pid for pid in _descendants(agent) if _signal(pid, signal.SIGSTOP))]
+    frozen = [agent, *(pid for pid in descendants(agent) if _signal(pid, signal.SIGSTOP))]
     write_block(Path(os.environ.get("LOCAL_NODE_HOSTS_FILE", "/etc/hosts")), node_name(index), {})
     return frozen
 
@@ -63,24 +64,6 @@ def thaw(frozen: list[int]) -> None:
     # Gone before anyone starts the agent again: a dying agent still found by its pid file is taken for running.
     for pid in frozen:
         wait_until(lambda pid=pid: _gone(pid), timeout=30, what=f"frozen pid {pid} to end")
-
-
-def _children(pid: int) -> list[int]:
-    """Every thread's children: the agent starts each container from a thread of its own."""
-    found = []
-    for task in Path(f"/proc/{pid}/task").glob("*"):
-        try:
-            found += [int(kid) for kid in (task / "children").read_text().split()]
-        except OSError:
-            continue
-    return found
-
-
-def _descendants(pid: int) -> list[int]:
-    found = []
-    for kid in _children(pid):
-        found += [kid, *_descendants(kid)]
-    return found
 
 
 def _signal(pid: int, signum: int) -> bool:

@@ -62,15 +62,19 @@ def stale(connections: Iterable[Connection], port: int, resolved: set[str]) -> l
     return [c for c in connections if c.port == port and c.peer not in resolved]
 
 
+def _plain(ip: ipaddress.IPv4Address | ipaddress.IPv6Address) -> str:
+    """An address as both sides are compared: IPv4-mapped IPv6 (a dual-stack socket's peer) written as IPv4."""
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        return str(ip.ipv4_mapped)
+    return str(ip)
+
+
 def _address(hex_address: str) -> tuple[str, int]:
     """A /proc/net/tcp{,6} address ("0100007F:1F90"): the kernel's words in host order (little-endian here)."""
     host, port = hex_address.split(":")
     raw = bytes.fromhex(host)
     words = b"".join(raw[i : i + 4][::-1] for i in range(0, len(raw), 4))
-    ip = ipaddress.ip_address(words)
-    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
-        ip = ip.ipv4_mapped
-    return str(ip), int(port, 16)
+    return _plain(ipaddress.ip_address(words)), int(port, 16)
 
 
 def tcp_peers(tables: Iterable[str]) -> dict[int, tuple[str, int]]:
@@ -98,8 +102,8 @@ def connections(proc: Path = Path("/proc/self")) -> list[Connection]:
             link = os.readlink(proc / "fd" / fd)
         except OSError:
             continue  # closed since the listing
-        if link.startswith("socket:[") and int(link[8:-1]) in peers:
-            inode = int(link[8:-1])
+        inode = int(link[8:-1]) if link.startswith("socket:[") else -1
+        if inode in peers:
             found.append(Connection(int(fd), inode, *peers[inode]))
     return found
 
@@ -130,13 +134,7 @@ def resolve(host: str, port: int) -> set[str]:
         infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
     except OSError:
         return set()
-    found = set()
-    for info in infos:
-        ip = ipaddress.ip_address(str(info[4][0]).split("%", 1)[0])
-        if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
-            ip = ip.ipv4_mapped
-        found.add(str(ip))
-    return found
+    return {_plain(ipaddress.ip_address(str(info[4][0]).split("%", 1)[0])) for info in infos}
 
 
 class LighthouseWatch:

@@ -178,6 +178,18 @@ def _parents() -> dict[int, int]:
     return found
 
 
+def descendants(pid: int) -> list[int]:
+    """Every process below `pid`, parents before their children, from one walk of /proc."""
+    parents = _parents()
+    found, todo = [], [pid]
+    while todo:
+        below = todo.pop()
+        kids = [kid for kid, parent in parents.items() if parent == below]
+        found += kids
+        todo += kids
+    return found
+
+
 def find_worker_process(
     cluster_dir: Path, pods: list[dict], replica: str, marker: str = "ddp_trainer"
 ) -> Victim | None:
