@@ -275,7 +275,7 @@ def plot_recovery_modes(rec: dict, out: Path, name: str = "recovery_modes.png") 
     rows = rec["rows"]
     faults = list(dict.fromkeys(r["fault"] for r in rows))
     modes = list(dict.fromkeys(r["mode"] for r in rows))
-    colors = {"Recreate": "tab:gray", "InPlace": "tab:blue", "TorchFT": "tab:green"}
+    colors = {"Recreate": "tab:gray", "InPlace": "tab:blue", "TorchFT": "tab:green", "TorchFT+InPlace": "tab:olive"}
     fig, (lost, stall) = plt.subplots(1, 2, figsize=(14, 4.6))
     width = 0.8 / max(1, len(modes))
     for i, mode in enumerate(modes):

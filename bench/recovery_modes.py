@@ -1,6 +1,8 @@
 """Recovery by fault and restart strategy, real torchrun groups (digits, gloo on CPU): kill -9 of one trainer
 process, kubectl delete of one pod, and one node lost, each under Recreate, InPlace and TorchFT (faultTolerance.mode:
-torchft replica groups), all in one run on the same nodes. Two kinds of node (--nodes):
+torchft replica groups), all in one run on the same nodes; and the kill under TorchFT+InPlace (restartStrategy
+InPlace: the killed group's torchrun starts its process again in the pod, where TorchFT replaces the pod). Two kinds
+of node (--nodes):
 
 - local (the default): three local node agents (hack/localnode) on the shared local cluster. The job is elastic
   2..3 at 3 pods. A node is lost by stopping its agent, which marks the node NotReady and kills its processes.
@@ -71,11 +73,21 @@ ROOT = Path(__file__).resolve().parents[1]
 
 FAULTS = ("kill", "delete", "node")
 SILENT = ("freeze", "lighthouse")  # the faults whose node goes silent (frozen), not stopped
-MODES = ("Recreate", "InPlace", "TorchFT")
+MODES = ("Recreate", "InPlace", "TorchFT", "TorchFT+InPlace")
+# TorchFT+InPlace differs from TorchFT only where a process fails while its pod lives: its group's torchrun starts the
+# process again in the pod. Every other fault replaces the group's pod in both, so it runs only for these.
+IN_PLACE_FAULTS = ("kill",)
+
+
+def torchft(mode: str) -> bool:
+    return mode.startswith("TorchFT")
+
+
 JOB = "rec"
 LAST_CALL: int | None = None  # --last-call: rendezvous.lastCallTimeoutSeconds for every run (unset: the operator's)
 PEER_TIMEOUT: int | None = None  # --peer-timeout: DDP_TRAINER_PEER_TIMEOUT_SECONDS in the template
 COLD_WORKERS = False  # --cold-workers: DDP_TRAINER_WARM_WORKERS=0 in the template
+LOGS: Path | None = None  # --logs: keep each run's pod logs and events there
 REAL_CHECKPOINTS = Path("/var/lib/ddpjob-bench-recovery")  # a hostPath both real nodes see (they share this disk)
 
 
@@ -192,9 +204,9 @@ def manifest(mode: str, steps: int) -> dict:
     spec = job["spec"]
     n = NODES.count
     spec.update(replicas=n, nprocPerNode=1, elastic={"minReplicas": n - 1, "maxReplicas": n})
-    strategy = "Recreate" if mode == "TorchFT" else mode
+    strategy = "InPlace" if mode.endswith("InPlace") else "Recreate"
     spec["runPolicy"].update(restartStrategy=strategy, backoffLimit=5, restartBackoffSeconds=0)
-    if mode == "TorchFT":
+    if torchft(mode):
         spec["faultTolerance"] = {"mode": "TorchFT", "lighthouse": {"heartbeatTimeoutMilliseconds": 1000}}
     spec["rendezvous"] = {"port": random.randint(30000, 32000)}
     if LAST_CALL is not None:
@@ -215,7 +227,7 @@ def manifest(mode: str, steps: int) -> dict:
         *args,
         "--train.global-batch-size=96",
         # TorchFT's survivors never stop: at 900 steps they finished a kill's run before its replacement healed.
-        f"--train.steps={steps * 3 if mode == 'TorchFT' else steps}",
+        f"--train.steps={steps * 3 if torchft(mode) else steps}",
         "--checkpoint.every-steps=50",
         "--log.every-steps=5",
     ]
@@ -268,11 +280,29 @@ def after_restart(lines: list[tuple[float, int]], starts: list[float], at: float
 
 
 def end_run(c, ns: str, stopped: int | None, frozen: bool = False) -> None:
-    """Bring a stopped node back and delete the job, whatever the run measured."""
+    """Bring a stopped node back and delete the job, whatever the run measured (its pods' logs and the namespace's
+    events kept first, with --logs)."""
+    if LOGS is not None:
+        keep_logs(c, ns, LOGS / JOB)
     if stopped is not None:
         (NODES.thaw if frozen else NODES.start)(c, stopped)
     c.kubectl("-n", ns, "delete", "ddpj", JOB, "--wait=true", "--timeout=120s", check=False)
     wait_until(lambda: not pods(c, ns), timeout=120, what="the job's pods gone")
+
+
+def keep_logs(c, ns: str, where: Path) -> None:
+    """Every pod's log with timestamps (the current and any earlier container's) and the events, for reading a
+    row's timeline afterwards."""
+    where.mkdir(parents=True, exist_ok=True)
+    for name, pod in {p["metadata"]["name"]: p for p in pods(c, ns) + lighthouses(c, ns)}.items():
+        text = c.kubectl("-n", ns, "logs", name, "--timestamps", "--all-containers", check=False).stdout
+        (where / f"{name}-{pod['metadata']['uid'][:8]}.log").write_text(text)
+    events = c.kubectl("-n", ns, "get", "events", "--sort-by=.lastTimestamp", "-o", "wide", check=False).stdout
+    (where / "events.txt").write_text(events)
+    (where / "pods.yaml").write_text(c.kubectl("-n", ns, "get", "pods", "-o", "yaml", check=False).stdout)
+    if NODES.kind == "local":
+        for agent_log in localnode.LOG_FILE.parent.glob("local-node*.log"):
+            (where / agent_log.name).write_text(agent_log.read_text(errors="replace"))
 
 
 def one_run(c, ns: str, mode: str, fault: str, nodes: list[str], steps: int) -> dict:
@@ -291,7 +321,7 @@ def one_run(c, ns: str, mode: str, fault: str, nodes: list[str], steps: int) -> 
         int(p["metadata"]["labels"]["ddpjob.dev/replica-index"])
         for p in pods(c, ns)
         if "ddpjob.dev/replica-index" in p["metadata"]["labels"]
-        and (mode != "TorchFT" or stopped is None or p["spec"].get("nodeName") != nodes[stopped])
+        and (not torchft(mode) or stopped is None or p["spec"].get("nodeName") != nodes[stopped])
     )
     at = time.time()
     reached = worker0_steps(c, ns, watched)[0][-1][1]
@@ -309,8 +339,8 @@ def one_run(c, ns: str, mode: str, fault: str, nodes: list[str], steps: int) -> 
         found, starts, _ = worker0_steps(c, ns)
         return next((t for t, s in after_restart(found, starts, at) if s >= at_least), None)
 
-    if mode == "TorchFT":
-        return torchft_run(c, ns, fault, nodes, stopped, at, reached, before, watched)
+    if torchft(mode):
+        return torchft_run(c, ns, mode, fault, nodes, stopped, at, reached, before, watched)
     try:
         advancing = wait_until(lambda: first(0), timeout=400, interval=1.0, what="steps advancing again")
         back = wait_until(lambda: first(reached), timeout=120, interval=1.0, what="back at the step")
@@ -334,15 +364,17 @@ def one_run(c, ns: str, mode: str, fault: str, nodes: list[str], steps: int) -> 
     return row
 
 
-def healed_at(c, ns: str, before: set[str]) -> float | None:
-    """When a replica group created after the fault logged that it healed from a live peer."""
+def healed_at(c, ns: str, before: set[str], at: float) -> float | None:
+    """When replica 1 (the lost group) logged after the fault that it healed from a live peer: a pod made after
+    the fault, or (TorchFT+InPlace) the same pod, whose torchrun started the process again."""
     for pod in pods(c, ns):
-        if pod["metadata"]["uid"] in before:
+        replaced = pod["metadata"]["uid"] not in before
+        if not replaced and pod["metadata"]["labels"].get("ddpjob.dev/replica-index") != "1":
             continue
         text = c.kubectl("-n", ns, "logs", pod["metadata"]["name"], "--timestamps", check=False).stdout
         for line in text.splitlines():
             stamp, _, body = line.partition(" ")
-            if HEALED.match(body):
+            if HEALED.match(body) and (replaced or parse_time(stamp) > at):
                 return parse_time(stamp)
     return None
 
@@ -371,6 +403,7 @@ def lighthouse_replaced(c, ns: str, before: set[str], watched: int = 0) -> float
 def torchft_run(
     c,
     ns: str,
+    mode: str,
     fault: str,
     nodes: list[str],
     stopped: int | None,
@@ -404,7 +437,7 @@ def torchft_run(
             heal: float | None = (
                 None
                 if stopped is not None or fault == "lighthouse-pod"
-                else wait_until(lambda: healed_at(c, ns, before), timeout=90, interval=1.0, what="heal")
+                else wait_until(lambda: healed_at(c, ns, before, at), timeout=90, interval=1.0, what="heal")
             )
         except AssertionError:
             heal = None
@@ -435,7 +468,7 @@ def torchft_run(
     else:
         rank_seconds = (NODES.count - 1) * stall + 1 * lost_group
     row = {
-        "mode": "TorchFT",
+        "mode": mode,
         "fault": fault,
         "fault_step": reached,
         "watched_replica": watched,
@@ -448,7 +481,7 @@ def torchft_run(
         "pods_recreated": len(made),
         "rank_seconds_lost": round(rank_seconds, 1),
     }
-    say(f"TorchFT {fault}: {row}")
+    say(f"{mode} {fault}: {row}")
     return row
 
 
@@ -504,8 +537,10 @@ def main() -> int:
     parser.add_argument("--last-call", type=int, default=None, help="rendezvous.lastCallTimeoutSeconds")
     parser.add_argument("--peer-timeout", type=int, default=None, help="InPlace's DDP_TRAINER_PEER_TIMEOUT_SECONDS")
     parser.add_argument("--cold-workers", action="store_true", help="DDP_TRAINER_WARM_WORKERS=0: no fork server")
+    parser.add_argument("--logs", type=Path, default=None, help="keep each run's pod logs and events under this folder")
     args = parser.parse_args()
-    global COLD_WORKERS, JOB, LAST_CALL, NODES, PEER_TIMEOUT
+    global COLD_WORKERS, JOB, LAST_CALL, LOGS, NODES, PEER_TIMEOUT
+    LOGS = args.logs
     LAST_CALL, PEER_TIMEOUT, COLD_WORKERS = args.last_call, args.peer_timeout, args.cold_workers
     NODES = RealNodes() if args.nodes == "real" else LocalNodes()
     steps = args.steps or (6000 if args.nodes == "real" else 900)
@@ -524,10 +559,12 @@ def main() -> int:
             for mode in modes:
                 if fault in ("lighthouse", "lighthouse-pod") and mode != "TorchFT":
                     continue  # only TorchFT has a Lighthouse; its row is compared with Recreate's lost node
+                if mode == "TorchFT+InPlace" and fault not in IN_PLACE_FAULTS:
+                    continue  # the same pod replacement as TorchFT's
                 # A job of its own per run, so a checkpoint directory of its own: each run trains from step 0.
                 # (With one name, each run resumed where the last had stopped, and a run after a TorchFT one that
                 # had finished the steps found nothing left to train and timed out waiting for step 100.)
-                JOB = f"rec-{mode.lower()}-{fault}"
+                JOB = f"rec-{mode.lower().replace('+', '-')}-{fault}"
                 try:
                     rows.append(one_run(c, ns, mode, fault, nodes, steps))
                 except AssertionError as err:  # a row that never recovered is a finding: say it, run the rest

@@ -107,6 +107,51 @@ def test_a_killed_replica_group_is_replaced_alone_while_the_other_trains_on(clus
                what="the job's pods and Lighthouse gone with it")
 
 
+def test_under_in_place_a_killed_groups_process_restarts_in_its_pod_and_heals(cluster, operator, namespace):
+    """runPolicy.restartStrategy InPlace with TorchFT: the killed group's own torchrun starts its process again in
+    the same pod (nothing deleted or created), the process heals from the live group, the restart counts against
+    backoffLimit while the job runs (RESTARTS, the RestartedInPlace event), and both groups train on."""
+    job = digits_job(name=JOB, steps=STEPS, every=500, replicas=2, nprocPerNode=1, faultTolerance=TORCHFT,
+                     runPolicy={"restartStrategy": "InPlace", "backoffLimit": 3})
+    apply_job(cluster, namespace, job)
+    wait_until(lambda: scrape(cluster, namespace, 0).get("ddp_trainer_replica_groups") == 2
+               and scrape(cluster, namespace, 1).get("ddp_trainer_step", 0) >= 30,
+               timeout=JOB_TIMEOUT, interval=0.5, what="both replica groups training")
+    before = _uids(cluster, namespace, JOB)
+    victim = find_worker_process(localnode.CLUSTER_DIR, pods(cluster, namespace, JOB), replica="1")
+    assert victim, "no trainer process found under ft-worker-1"
+    killed_at = scrape(cluster, namespace, 0)["ddp_trainer_step"]
+    os.kill(victim.pid, signal.SIGKILL)
+
+    phases: set[str] = set()
+
+    def counted():
+        status = job_status(cluster, namespace, JOB)
+        phases.add(status.get("phase", ""))
+        return status.get("restarts") == 1 and status
+
+    status = wait_until(counted, timeout=JOB_TIMEOUT, interval=0.5, what="the in-place restart counted")
+    healed = wait_until(
+        lambda: (seen := scrape(cluster, namespace, 1)).get("ddp_trainer_heals_total", 0) >= 1
+        and seen.get("ddp_trainer_step", 0) > killed_at and seen,
+        timeout=JOB_TIMEOUT, interval=0.5, what="group 1's restarted process healed from group 0")
+    assert healed["ddp_trainer_checkpoint_load_seconds"] == 0, "it healed from its peer, not from a checkpoint"
+    assert phases == {"Running"} and status["attempt"] == 0, (phases, status)
+    assert _uids(cluster, namespace, JOB) == before, "the same pods and Lighthouse, none deleted or created"
+    assert [r["how"] for r in status["recoveries"]] == ["InPlace"], status["recoveries"]
+    reasons = [e["reason"] for e in _events(cluster, namespace, JOB)]
+    assert "RestartedInPlace" in reasons, reasons
+    assert not {"ReplacingReplicaGroup", "Restarting"} & set(reasons), reasons
+    joined = scrape(cluster, namespace, 0).get("ddp_trainer_step", 0)
+    wait_until(lambda: (seen := scrape(cluster, namespace, 0)).get("ddp_trainer_replica_groups") == 2
+               and seen.get("ddp_trainer_step", 0) > joined + 20, timeout=JOB_TIMEOUT, interval=0.5,
+               what="both groups training after the heal")
+    assert job_status(cluster, namespace, JOB).get("restarts") == 1
+    cluster.kubectl("-n", namespace, "delete", "ddpj", JOB, "--wait=false")
+    wait_until(lambda: not _uids(cluster, namespace, JOB), timeout=120, interval=0.5,
+               what="the job's pods and Lighthouse gone with it")
+
+
 def test_a_deleted_lighthouse_is_made_again_and_the_groups_train_on_in_their_attempt(cluster, operator, namespace):
     """Issue 35: a Lighthouse that ended recreated the whole group from its checkpoint. The bundled trainer's groups
     reconnect to a new one (docs/trainer.md, "When the Lighthouse is replaced"): the operator makes the Lighthouse

@@ -127,9 +127,6 @@ INVALID = [
      with_spec(runPolicy__restartStrategy="InPlace", elastic={"minReplicas": 1, "maxReplicas": 2, "maxRestarts": 2}),
      "spec.elastic.maxRestarts cannot be used with spec.runPolicy.restartStrategy: InPlace, whose in-place restarts "
      "count against spec.runPolicy.backoffLimit; remove maxRestarts and set backoffLimit instead"),
-    ("TorchFT beside InPlace", with_spec(faultTolerance={"mode": "TorchFT"}, runPolicy__restartStrategy="InPlace"),
-     "spec.faultTolerance.mode: TorchFT replaces a failed replica group's pod alone while the others train on; it "
-     "cannot be combined with spec.runPolicy.restartStrategy: InPlace"),
     ("TorchFT beside torchrun's own restarts",
      with_spec(faultTolerance={"mode": "TorchFT"}, elastic={"minReplicas": 1, "maxReplicas": 2, "maxRestarts": 2}),
      "spec.elastic.maxRestarts cannot be used with spec.faultTolerance.mode: TorchFT"),
@@ -176,6 +173,7 @@ def test_defaults_are_applied(kube, crds):
     ("metrics port 9400 with the NetworkPolicy", with_metrics_port(9400)),
     ("any metrics port without the NetworkPolicy", with_metrics_port(8080, network_policy=False)),
     ("TorchFT with its defaults", with_spec(faultTolerance={"mode": "TorchFT"})),
+    ("TorchFT with restarts in place", with_spec(faultTolerance={"mode": "TorchFT"}, runPolicy__restartStrategy="InPlace")),
     ("resources as a pod takes them", with_resources(limits={"nvidia.com/gpu": 8, "memory": "64Gi", "cpu": "7500m"},
                                                      requests={"cpu": "0.5", "ephemeral-storage": "10G"})),
 ])

@@ -90,13 +90,14 @@ def group_env(
     )
 
 
-def start_group(env: dict[str, str], log: Path, *trainer_args: str) -> subprocess.Popen:
-    """One replica group: the image's entrypoint, standalone (nnodes=1), one process."""
+def start_group(env: dict[str, str], log: Path, *trainer_args: str, max_restarts: int = 0) -> subprocess.Popen:
+    """One replica group: the image's entrypoint, standalone (nnodes=1), one process; `max_restarts` as the operator
+    sets PET_MAX_RESTARTS (0 under Recreate: a failed process ends the pod; under InPlace torchrun restarts it)."""
     cmd = [
         *DDP_TORCHRUN,
         "--standalone",
         "--nproc-per-node=1",
-        "--max-restarts=0",
+        f"--max-restarts={max_restarts}",
         "--monitor-interval=0.5",
         "-m",
         "ddp_trainer",

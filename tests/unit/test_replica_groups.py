@@ -395,3 +395,72 @@ def test_the_lighthouse_can_run_in_a_pool_of_its_own(lighthouse, want_selector, 
     job.pod_spec(nodeSelector={"gpu": "h100"}, tolerations=[{"key": "gpu", "operator": "Exists"}])
     pod = build_lighthouse_pod(JobRef("a", NS, UID), parse_spec(job.build()["spec"]))
     assert (pod["spec"]["nodeSelector"], pod["spec"]["tolerations"]) == (want_selector, want_tolerations)
+
+
+# --- TorchFT with restartStrategy InPlace: a failed process restarts inside its group's pod -------------------------
+def in_place(job):
+    job._run()["restartStrategy"] = "InPlace"
+    return job
+
+
+def plan_with_agents(job, pods, counts, now=NOW):
+    obs = dataclasses.replace(observe(job.build(), pods, now=now), agent_restarts=counts)
+    return plan_reconcile(obs, SETTINGS)
+
+
+@pytest.mark.parametrize("strategy, want_limit, want_agent_port", [
+    ("Recreate", "0", False),  # a failed process ends its pod, which is replaced
+    ("InPlace", str(3 - 1 + 20 + 1), True),  # rendezvous.max_restarts: the budget left, as under InPlace
+])
+def test_under_in_place_a_groups_torchrun_restarts_its_processes_and_serves_its_count(
+        strategy, want_limit, want_agent_port):
+    job = torchft(make_job("a").replicas(3).backoff_limit(3))
+    job._run()["restartStrategy"] = strategy
+    spec = parse_spec(job.build()["spec"])
+    env = env_of(build_worker_pod(JobRef("a", NS, UID), spec, index=1, attempt=0, restarts=1))
+    assert env["PET_MAX_RESTARTS"] == want_limit
+    assert (api.AGENT_METRICS_PORT_ENV in env) == want_agent_port
+    # A standalone group: no shared rendezvous store, and no peer pod for the trainer's peer watch to wait on.
+    assert "TORCH_DISABLE_SHARE_RDZV_TCP_STORE" not in env and "DDP_TRAINER_PEER_TIMEOUT_SECONDS" not in env
+
+
+@pytest.mark.parametrize("name, seen, counts, want", [
+    ("group 1's process restarted once: one restart, no pod replaced", {}, {"pod-0-0": 0, "pod-1-0": 1}, 1),
+    # Under InPlace without TorchFT, one peer's loss makes every agent count once: the largest increase. Here each
+    # group's agent counts only its own processes' failures: two groups' restarts are two.
+    ("groups 0 and 2 each restarted once", {}, {"pod-0-0": 1, "pod-1-0": 0, "pod-2-0": 1}, 2),
+    ("group 1 again after a first restart already counted", {"pod-0-0": 0, "pod-1-0": 1},
+     {"pod-0-0": 0, "pod-1-0": 2, "pod-2-0": 0}, 2),
+])
+def test_each_groups_restarts_in_place_are_counted_on_their_own(name, seen, counts, want):
+    job = in_place(torchft(make_job("a").replicas(3).backoff_limit(5))).running()
+    if seen:
+        job.status(restarts=1, inPlace={"attempt": 0, "restarts": 1, "pods": seen, "agentTotal": 1})
+    plan = plan_with_agents(job, [*running_pods("a", 3), lighthouse_pod()], counts)
+    status = plan.status
+    assert (status["phase"], status["restarts"]) == ("Running", want), name
+    assert "RestartedInPlace" in [e.reason for e in plan.events], name
+    assert plan.create_pods == [] and [p for p in plan.delete_pods if p != LIGHTHOUSE] == [], name
+    assert "replacing" not in status, name
+
+
+def test_restarts_in_place_past_the_budget_fail_the_job():
+    job = in_place(torchft(make_job("a").replicas(2).backoff_limit(1))).running(restarts=1)
+    job.status(inPlace={"attempt": 0, "restarts": 1, "pods": {"pod-0-0": 0, "pod-1-0": 1}, "agentTotal": 1})
+    plan = plan_with_agents(job, [*running_pods("a", 2), lighthouse_pod()], {"pod-0-0": 1, "pod-1-0": 1})
+    status = plan.status
+    assert (status["phase"], status["reason"], status["restarts"]) == ("Failed", "BackoffLimitExceeded", 2)
+
+
+def test_a_replaced_group_running_again_opens_no_join_window():
+    """Without TorchFT a replacement's join makes the survivors' agents restart once, which is no failure (the join
+    window). A replaced replica group joins no other pod's rendezvous: the next restart anyone reports is a failure."""
+    job = in_place(replacing_job())
+    job.status(recoveries=[{"time": "2026-11-25T09:59:00Z", "how": "ReplicaGroupReplaced", "attempt": 0,
+                            "message": "m", "ranks": 1}])
+    replacement = make_pod("a", 1).build()
+    replacement["metadata"].update(name="a-worker-1-r", uid="pod-1-new")
+    plan = plan_with(job, [make_pod("a", 0).build(), replacement, make_pod("a", 2).build(), lighthouse_pod()])
+    status = plan.status
+    assert "replacing" not in status and "Recovered" in [e.reason for e in plan.events]
+    assert "joinUntil" not in (status.get("inPlace") or {})

@@ -8,7 +8,11 @@ so it counts those restarts from what reports them:
 - the termination record of a pod whose agent gave up (`ddpjobInPlaceRestarts`, ddp_trainer.torchrun), which
   also covers a script that serves no metrics.
 torchrun's limit is what was left of backoffLimit when the pod was made, so its counter is the job's budget, never
-a second one: when it is spent the pod fails, and the failure policy finds the budget spent."""
+a second one: when it is spent the pod fails, and the failure policy finds the budget spent.
+
+Under faultTolerance TorchFT with InPlace each pod is a replica group, a standalone torchrun: its agent restarts only
+its own processes, which heal from a live group while the others train on. The agents' counts are then summed, and
+no replacement's join is expected (a replaced group joins no other pod's rendezvous)."""
 
 from __future__ import annotations
 
@@ -59,7 +63,8 @@ def counted(status: JobStatus) -> int:
 
 def reported(obs: Observed, ended: list[int], scraped: bool = True) -> int:
     """The most in-place restarts anything of the current attempt reports: worker 0's scrape, and the termination
-    records of its pods that ended (`ended`)."""
+    records of its pods that ended (`ended`). (Under TorchFT the scrape and a record are each one group's count,
+    at most the agents' sum, agent_record.)"""
     count = (obs.progress or {}).get("inPlaceRestarts") if scraped else None
     most = count if isinstance(count, int) else 0
     return max([most, *ended])
@@ -85,18 +90,21 @@ def _window_open(obs: Observed, join_until: datetime, new: int) -> bool:
     return new > 0 or scraped_at <= join_until
 
 
-def agent_record(obs: Observed, status: JobStatus) -> dict[str, Any]:
+def agent_record(obs: Observed, status: JobStatus, independent: bool = False) -> dict[str, Any]:
     """The agents' side of status.inPlace after this pass's read: `pods` (uid -> the count last seen) and
     `agentTotal`, the group restarts they showed so far in the attempt. One failure can make several agents count
     (a peer's loss fails their workers too), and one agent can count several failures between two reads: a read
-    adds the largest increase of any one pod, not their sum."""
+    adds the largest increase of any one pod, not their sum. `independent` (TorchFT's replica groups, a standalone
+    torchrun each: a group's loss fails no other group's processes): every agent counts only its own failures, so a
+    read adds the increases of all pods."""
     seen = status.get("inPlace") or {}
     same = seen.get("attempt") == status.get("attempt")
     pods: dict[str, int] = dict(seen.get("pods") or {}) if same else {}
     total = int(seen.get("agentTotal", 0)) if same else 0
     counts = obs.agent_restarts
     if counts:
-        total += max((max(0, n - pods.get(uid, 0)) for uid, n in counts.items()), default=0)
+        increases = [max(0, n - pods.get(uid, 0)) for uid, n in counts.items()]
+        total += sum(increases) if independent else max(increases, default=0)
         live = {p["metadata"].get("uid") for p in obs.pods}
         pods = {uid: n for uid, n in {**pods, **counts}.items() if uid in live}
     out: dict[str, Any] = {}
@@ -122,7 +130,7 @@ def take_in(
     if spec.run_policy.restart_strategy != IN_PLACE:
         return 0
     before = counted(status)
-    agents = agent_record(obs, status) if scraped else {}
+    agents = agent_record(obs, status, independent=spec.fault_tolerance.torchft) if scraped else {}
     new = max(reported(obs, ended or [], scraped), agents.get("agentTotal", 0)) - before
     join_until = join_window(status)
 

@@ -173,8 +173,8 @@ def end_when_back(
     if not replica_groups.rejoined(spec, status, obs.progress, has_metrics) or not done(status, current, running):
         return
     recoveries.close(status, obs.now, plan)
-    if spec.run_policy.restart_strategy == IN_PLACE:
-        in_place.expect_join(status, obs.now)
+    if spec.run_policy.restart_strategy == IN_PLACE and not spec.fault_tolerance.torchft:
+        in_place.expect_join(status, obs.now)  # a TorchFT group joins no torchrun rendezvous of the others
 
 
 def done(status: JobStatus, current: dict[int, dict[str, Any]], running: int) -> bool:

@@ -63,7 +63,10 @@ IN_PLACE_DEFAULTS = {
 
 
 def overridable_defaults(spec: JobSpec) -> dict[str, str]:
-    in_place = IN_PLACE_DEFAULTS if spec.run_policy.restart_strategy == IN_PLACE else {}
+    # A TorchFT group is a standalone torchrun of its own: no rendezvous store to share, no peer pod to watch.
+    in_place = (
+        IN_PLACE_DEFAULTS if spec.run_policy.restart_strategy == IN_PLACE and not spec.fault_tolerance.torchft else {}
+    )
     return {**OVERRIDABLE_DEFAULTS, **in_place, "TORCH_ELASTIC_SHUTDOWN_TIMEOUT": str(shutdown_timeout(spec))}
 
 
@@ -186,16 +189,21 @@ def _replica_group_env(
     *, job: str, namespace: str, spec: JobSpec, index: int, attempt: int, restarts: int, size: int | None
 ) -> list[dict]:
     """TorchFT: each pod is a replica group of its own, a standalone torchrun group (no pod waits on another's
-    rendezvous), kept in step with the others by the Lighthouse (replica_groups.py). A failed process ends its
-    pod (no torchrun restarts): the pod is replaced alone and heals from a peer."""
+    rendezvous), kept in step with the others by the Lighthouse (replica_groups.py). Under Recreate a failed process
+    ends its pod (no torchrun restarts): the pod is replaced alone and heals from a peer. Under InPlace the pod's
+    agent starts its processes again (torchrun restarts, the same limit as InPlace's: max_restarts) and they heal
+    from a peer, no pod replaced; the operator counts the restarts from every pod's agent (in_place.py)."""
+    in_place = spec.run_policy.restart_strategy == IN_PLACE
     plain = {
         "PET_NNODES": "1",
         "PET_NPROC_PER_NODE": str(spec.procs_per_pod),
         "PET_STANDALONE": "1",
-        "PET_MAX_RESTARTS": "0",
+        "PET_MAX_RESTARTS": str(max_restarts(spec, restarts)) if in_place else "0",
         **replica_group_env(spec, job=job, namespace=namespace, index=index, size=size),
         **_job_env(job, namespace, spec, index, attempt, restarts),
     }
+    if in_place:
+        plain[api.AGENT_METRICS_PORT_ENV] = str(api.AGENT_METRICS_PORT)
     return _with_pod_ip(plain)
 
 
