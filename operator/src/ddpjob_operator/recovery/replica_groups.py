@@ -103,7 +103,12 @@ def build_lighthouse_pod(
         "image": trainer.get("image", ""),
         "command": ["torchft_lighthouse"],
         "args": lighthouse_args(spec),
-        "env": [{"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}],
+        "env": [
+            {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
+            # torchft's Lighthouse logs at info several lines a step, each naming every group (faultTolerance.
+            # lighthouse.logLevel; the groups log each quorum change themselves).
+            {"name": "RUST_LOG", "value": spec.fault_tolerance.lighthouse_log_level},
+        ],
         "ports": [{"name": PORT_NAME, "containerPort": spec.fault_tolerance.lighthouse_port, "protocol": "TCP"}],
         "resources": copy.deepcopy(LIGHTHOUSE_RESOURCES),
         "terminationMessagePolicy": "FallbackToLogsOnError",

@@ -62,6 +62,7 @@ class FaultTolerance:
     heartbeat_timeout_ms: int = 1000
     quorum_tick_ms: int = 100
     join_timeout_ms: int = 1000
+    lighthouse_log_level: str = "warn"  # RUST_LOG of the Lighthouse (replica_groups.build_lighthouse_pod)
     # The Manager's own deadlines (torchft's TORCHFT_*_SEC): a collective or quorum that outlasts them fails the step,
     # and the group drops out and heals, instead of holding its peers.
     timeout_seconds: int = 60
@@ -175,6 +176,7 @@ def parse_spec(raw: dict[str, Any]) -> JobSpec:
             heartbeat_timeout_ms=int(lighthouse.get("heartbeatTimeoutMilliseconds", 1000)),
             quorum_tick_ms=int(lighthouse.get("quorumTickMilliseconds", 100)),
             join_timeout_ms=int(lighthouse.get("joinTimeoutMilliseconds", 1000)),
+            lighthouse_log_level=str(lighthouse.get("logLevel", "warn")),
             timeout_seconds=int(ft.get("timeoutSeconds", 60)),
             quorum_timeout_seconds=int(ft.get("quorumTimeoutSeconds", 900)),
             lighthouse_node_selector=lighthouse.get("nodeSelector"),
