@@ -111,7 +111,7 @@ fi
 
 if ! skip recovery; then
   say "recovery by fault and strategy: kill -9, delete pod, stop node, a silent node x Recreate, InPlace, TorchFT," \
-    "and TorchFT's Lighthouse lost, on three local nodes"
+    "TorchFT+InPlace (kill), and TorchFT's Lighthouse lost, on three local nodes"
   PYTHONPATH="$root/tests" "$py" "$root/bench/recovery_modes.py" --out "$results/recovery_modes.json" \
     --faults kill delete node freeze lighthouse lighthouse-pod
 fi

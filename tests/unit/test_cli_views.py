@@ -54,6 +54,8 @@ def test_history_has_a_row_per_recovery_and_one_for_the_failure_that_ended_the_j
                             "RuntimeError: boom")
     assert rows[1][1] == "JobFailed" and rows[1][3] == "j-worker-0 ExitCode exit 3"
     assert history.rows(job(phase="Running")) == []
+    ended = job(phase="Succeeded", recoveries=[{**RECOVERY, "how": "ReplicaGroupReplaced", "endedWithJob": True}])
+    assert history.rows(ended)[0][6] == "job ended at 12.3s"  # the survivors finished before the replacement
 
 
 def test_why_names_the_short_resource_from_the_schedulers_message():

@@ -5,6 +5,7 @@ once included) while the job stays Running, Degraded, with the replacement count
 from __future__ import annotations
 
 import dataclasses
+from datetime import datetime, timezone
 
 import pytest
 
@@ -195,9 +196,31 @@ def test_once_the_replacement_runs_degraded_turns_false_and_the_recovery_closes(
 
 def test_survivors_that_finish_while_a_replacement_waits_end_the_job():
     job = replacing_job()
+    # The replacement's recovery is still open: the job's end closes it (it was left open for ever before).
+    job.status(recoveries=[{"id": 1, "time": "2026-01-01T11:59:00Z", "how": "ReplicaGroupReplaced", "attempt": 0,
+                            "message": "m", "ranks": 1, "stepsLost": 0}])
     pods = [make_pod("a", 0).succeeded().build(), make_pod("a", 2).succeeded().build(), lighthouse_pod()]
     plan = plan_with(job, pods)
     assert plan.status["phase"] == "Succeeded"
+    (entry,) = plan.status["recoveries"]
+    seconds = (NOW - datetime(2026, 1, 1, 11, 59, tzinfo=timezone.utc)).total_seconds()
+    assert (entry["recoverySeconds"], entry["gpuSecondsLost"], entry["endedWithJob"]) == (seconds, seconds, True)
+    assert "ranks" not in entry
+    recovered = [e.message for e in plan.events if e.reason == "Recovered"]
+    assert recovered == [f"ReplicaGroupReplaced recovery #1 of attempt 0 not finished: the job ended {seconds:.1f}s "
+                         "after the failure, Succeeded"]
+
+
+def test_a_job_that_fails_with_a_recovery_open_closes_it():
+    job = torchft(make_job("a").replicas(2).backoff_limit(1)).running(restarts=1)
+    job.status(replacing={"1": "pod-1-0"},
+               recoveries=[{"id": 1, "time": "2026-11-25T09:59:00Z", "how": "ReplicaGroupReplaced", "attempt": 0,
+                            "message": "m", "ranks": 1}])
+    replacement = make_pod("a", 1).failed(exit_code=1).build()
+    replacement["metadata"].update(name="a-worker-1-r", uid="pod-1-new")
+    plan = plan_with(job, [make_pod("a", 0).build(), replacement, lighthouse_pod()])
+    assert plan.status["phase"] == "Failed"
+    assert [e.get("endedWithJob") for e in plan.status["recoveries"]] == [True]
 
 
 def test_a_group_of_a_job_without_torchft_still_recreates_the_group():

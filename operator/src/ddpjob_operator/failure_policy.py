@@ -200,6 +200,7 @@ def fail(obs: Observed, status: JobStatus, plan: Plan, reason: str, message: str
     out["completionTime"] = format_time(obs.now)
     drop_restart_clock(out)
     plan.event(WARNING, reason, message)
+    recoveries.end_with_job(out, obs.now, plan)
     plan.observe("jobs_failed")
     plan.requeue(0)
     return out

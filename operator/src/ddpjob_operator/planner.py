@@ -331,6 +331,7 @@ def _success_policy(obs: Observed, spec: JobSpec, status: JobStatus, pods: Sorte
     final_progress(obs.now, out, pods.current.get(0))
     drop_restart_clock(out)
     plan.event(NORMAL, "Succeeded", message)
+    recoveries.end_with_job(out, obs.now, plan)
     plan.observe("jobs_succeeded")
     plan.requeue(0)
     return out

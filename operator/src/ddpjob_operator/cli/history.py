@@ -25,7 +25,11 @@ def rows(job: dict[str, Any]) -> list[tuple[str, ...]]:
                 cause(rec),
                 _or_dash(rec.get("step")),
                 _or_dash(rec.get("stepsLost")),
-                "recovering" if recovered is None else f"{recovered:.1f}s",
+                "recovering"
+                if recovered is None
+                else f"job ended at {recovered:.1f}s"
+                if rec.get("endedWithJob")
+                else f"{recovered:.1f}s",
                 first_line(rec.get("message")),
             )
         )

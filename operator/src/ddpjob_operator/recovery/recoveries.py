@@ -81,19 +81,35 @@ def close(status: JobStatus, now: datetime, plan: Plan) -> None:
         status["recoveries"] = entries
 
 
-def _closed(status: JobStatus, open_entry: Recovery, now: datetime, plan: Plan) -> Recovery:
+def end_with_job(status: JobStatus, now: datetime, plan: Plan) -> None:
+    """The job ended (Succeeded, Failed) while a recovery was still open: TorchFT's survivors finished the training
+    before the replacement was back, say. Each open entry is closed at the end (`endedWithJob`): its ranks were
+    lost until then, and nothing is left to wait for."""
+    entries = list(status.get("recoveries") or [])
+    for at, open_entry in enumerate(entries):
+        if is_open(open_entry):
+            entries[at] = _closed(status, open_entry, now, plan, ended=True)
+    if entries != (status.get("recoveries") or []):
+        status["recoveries"] = entries
+
+
+def _closed(status: JobStatus, open_entry: Recovery, now: datetime, plan: Plan, ended: bool = False) -> Recovery:
     entry = Recovery(**open_entry)
     began = parse_time(entry["time"]) or now
     seconds = max(0.0, (now - began).total_seconds())
     lost = seconds * int(entry.pop("ranks", 0) or 0)
     entry.update({"recoverySeconds": round(seconds, 1), "gpuSecondsLost": round(lost, 1)})
+    if ended:
+        entry["endedWithJob"] = True
     steps = f", {entry['stepsLost']} steps to do again" if "stepsLost" in entry else ""
     number = f" #{entry['id']}" if "id" in entry else ""
+    how = f"{entry['how']} recovery{number} of attempt {entry['attempt']}"
     plan.event(
         "Normal",
         "Recovered",
-        f"{entry['how']} recovery{number} of attempt {entry['attempt']} done in {seconds:.1f}s{steps}; now attempt "
-        f"{status.get('attempt')}",
+        f"{how} not finished: the job ended {seconds:.1f}s after the failure, {status.get('phase')}"
+        if ended
+        else f"{how} done in {seconds:.1f}s{steps}; now attempt {status.get('attempt')}",
     )
     plan.observe("recovery_seconds", seconds, how=entry["how"])
     plan.observe("gpu_seconds_lost", lost, how=entry["how"])

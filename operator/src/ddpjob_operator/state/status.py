@@ -69,6 +69,7 @@ class Recovery(TypedDict, total=False):
     ranks: int  # while open
     recoverySeconds: float
     gpuSecondsLost: float
+    endedWithJob: bool  # recoveries.end_with_job: closed by the job's end, not by the group running again
 
 
 class JobStatus(TypedDict, total=False):
