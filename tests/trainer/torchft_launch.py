@@ -1,6 +1,7 @@
-"""Runs torchft replica groups as the operator lays them out, on one machine: a real Lighthouse (torchft's
-`torchft_lighthouse` script) and one standalone torchrun per replica group, each with the env the operator gives
-its pod (ddp_trainer.fault_tolerance holds the names)."""
+"""Runs torchft replica groups as the operator lays them out, on one machine: a real Lighthouse (the bundled image's
+`ddp-lighthouse`, which the operator runs where the image has it; torchft's own `torchft_lighthouse` on request) and
+one standalone torchrun per replica group, each with the env the operator gives its pod (ddp_trainer.fault_tolerance
+holds the names)."""
 
 from __future__ import annotations
 
@@ -16,10 +17,16 @@ from prometheus_client.parser import text_string_to_metric_families
 from ddp_trainer import fault_tolerance as ft
 from launch import DDP_TORCHRUN, ROOT, start, trainer_env
 
-# The venv's console script (torchft-nightly's), else one on PATH.
-LIGHTHOUSE = Path(sys.executable).parent / "torchft_lighthouse"
-if not LIGHTHOUSE.exists():
-    LIGHTHOUSE = Path(shutil.which("torchft_lighthouse") or LIGHTHOUSE)
+
+
+def console_script(name: str) -> Path:
+    """The venv's console script, else one on PATH."""
+    path = Path(sys.executable).parent / name
+    return path if path.exists() else Path(shutil.which(name) or path)
+
+
+LIGHTHOUSE = console_script("ddp-lighthouse")  # ddp_trainer/lighthouse.py: torchft's Lighthouse without torch
+TORCHFT_LIGHTHOUSE = console_script("torchft_lighthouse")  # torchft's own script, which imports torch first
 
 
 def lighthouse_cmd(
@@ -29,9 +36,10 @@ def lighthouse_cmd(
     join_timeout_ms: int = 1000,
     quorum_tick_ms: int = 50,
     ip: str = "127.0.0.1",
+    script: Path = LIGHTHOUSE,
 ) -> list[str]:
     return [
-        str(LIGHTHOUSE),
+        str(script),
         "--bind",
         f"{ip}:{port}",
         "--min_replicas",
@@ -45,9 +53,11 @@ def lighthouse_cmd(
     ]
 
 
-def start_lighthouse(port: int, heartbeat_timeout_ms: int, log: Path, ip: str = "127.0.0.1") -> subprocess.Popen:
+def start_lighthouse(
+    port: int, heartbeat_timeout_ms: int, log: Path, ip: str = "127.0.0.1", script: Path = LIGHTHOUSE
+) -> subprocess.Popen:
     proc = subprocess.Popen(
-        lighthouse_cmd(port, heartbeat_timeout_ms, ip=ip),
+        lighthouse_cmd(port, heartbeat_timeout_ms, ip=ip, script=script),
         stdout=open(log, "w"),
         stderr=subprocess.STDOUT,
         cwd=ROOT,

@@ -70,7 +70,7 @@ def test_the_lighthouse_pod_runs_torchft_lighthouse_from_the_trainer_image(elast
     job.pod_spec(nodeSelector={"pool": "gpu"})
     pod = build_lighthouse_pod(JobRef("a", NS, UID), parse_spec(job.build()["spec"]))
     (container,) = pod["spec"]["containers"]
-    assert container["image"] == "example.invalid/trainer:1" and container["command"] == ["torchft_lighthouse"]
+    assert container["image"] == "example.invalid/trainer:1" and container["command"] == replica_groups.LIGHTHOUSE_COMMAND
     assert f"--min_replicas={want_min}" in container["args"]
     assert "--heartbeat_timeout_ms=700" in container["args"] and "--bind=$(POD_IP):29510" in container["args"]
     assert api.GPU_RESOURCE not in str(container["resources"])

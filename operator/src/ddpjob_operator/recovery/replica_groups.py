@@ -33,8 +33,17 @@ COMPONENT = "lighthouse"
 PORT_NAME = "lighthouse"
 DEGRADED = "Degraded"
 # A small CPU process (the quorum's membership and heartbeats), but torchft's `torchft_lighthouse` entry point is
-# Python and imports torch first: about 620 MiB resident on the local node, measured.
+# Python and imports torch first: about 620 MiB resident on the local node, measured. The bundled image's
+# `ddp-lighthouse` (ddp_trainer/lighthouse.py) loads the Lighthouse's Rust extension alone: 12 MB, started in 0.02 s
+# instead of 2.5 CPU-s. An image without it (a trainer of one's own with torchft) runs torchft's script, which the
+# limit still has to hold.
 LIGHTHOUSE_RESOURCES = {"requests": {"cpu": "100m", "memory": "768Mi"}, "limits": {"memory": "1Gi"}}
+LIGHTHOUSE_COMMAND = [
+    "/bin/sh",
+    "-c",
+    'command -v ddp-lighthouse >/dev/null 2>&1 && exec ddp-lighthouse "$@"; exec torchft_lighthouse "$@"',
+    "lighthouse",  # $0; the Lighthouse's options follow as $@ (args)
+]
 
 
 def lighthouse_name(job: str) -> str:
@@ -101,7 +110,7 @@ def build_lighthouse_pod(
     container: dict[str, Any] = {
         "name": COMPONENT,
         "image": trainer.get("image", ""),
-        "command": ["torchft_lighthouse"],
+        "command": LIGHTHOUSE_COMMAND,
         "args": lighthouse_args(spec),
         "env": [
             {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
