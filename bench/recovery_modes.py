@@ -21,9 +21,11 @@ run, read from worker 0's log (kubectl logs --timestamps, its step lines):
   that could train and does not, until it is back at its pre-failure step), and its ratio to Recreate's.
 
 TorchFT's survivors never restart, so for it:
-- stall: worker 0's longest gap between step lines after the fault, less its usual gap before it (the time the
-  survivors stood still while the Lighthouse dropped the dead group);
-- back: the fault to worker 0's first step line past the fault step (survivors lose no step);
+- stall: worker 0's longest gap between step lines from the fault until it has trained 20 steps past it, less its
+  usual gap before it (the time the survivors stood still while the Lighthouse dropped the dead group, or in a
+  collective with a silent one);
+- back: the fault to the end of that gap, or to worker 0's first step line past the fault step if later
+  (survivors lose no step);
 - heal: the fault to the replacement group's `healed from live peer` line (its rank is lost until then; a lost
   node's replacement may find no room until the node returns: then its rank counts as lost for `back`);
 - rank-seconds lost: the survivors x stall + 1 x heal; if the group restarted from a checkpoint instead (a trainer
@@ -425,7 +427,7 @@ def torchft_run(
     try:
         # The survivors train on (or, with a trainer that does not follow a new Lighthouse, the group restarts from
         # a checkpoint); a lost node's replacement has no room until the node returns, so its heal may never come.
-        wait_until(
+        past = wait_until(
             lambda: trained_past(20), timeout=400, interval=1.0, what=f"worker {watched} training past the fault"
         )
         # A lost Lighthouse (its pod, or its node) stalls the groups until they have a quorum with the new one: the
@@ -449,13 +451,16 @@ def torchft_run(
     earlier = [t for t, _ in lines if t <= at]
     usual = statistics.median([b - a for a, b in zip(earlier, earlier[1:], strict=False)] or [0.0])
     back_at = next(t for t, s in lines if t > at and s > reached)
-    # The Lighthouse's pod goes some seconds after the delete (its grace), or with its node: the stall is looked for
-    # until the watched worker trains on with the new one, and it is back once the longest gap is over.
-    later = [at] + [t for t, _ in lines if at < t <= (until or back_at)]
+    # The stall is looked for until the watched worker has trained 20 steps past the fault, not only until its first
+    # line past it: a silent peer holds the survivors in the next step's collective, which can come after that line
+    # (a 60 s gap right after it was missed so, 2026-11-29). A lost Lighthouse (its pod goes some seconds after the
+    # delete, or with its node): until the watched worker trained on with the new one. Back once the longest gap is
+    # over.
+    later = [at] + [t for t, _ in lines if at < t <= max(until or past, past)]
     gaps = list(zip(later, later[1:], strict=False))
     longest = max(gaps, key=lambda g: g[1] - g[0], default=(at, back_at))
     stall = max(0.0, longest[1] - longest[0] - usual)
-    back = (longest[1] if until else back_at) - at
+    back = max(longest[1], back_at) - at
     # The lost group's rank is lost until it heals (or, with no room for it, as long as the others' recovery).
     lost_group = (heal - at) if heal is not None else back
     # The group restarted from a checkpoint: the operator's answer to a lost Lighthouse before the groups followed a
