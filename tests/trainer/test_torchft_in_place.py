@@ -7,13 +7,12 @@ test_torchft_replica_groups.py."""
 
 import os
 import signal
-import time
 import urllib.request
 
 from launch import DONE, PROGRESS, RESUMED, stop, wait_for_line, worker_pids
 from prometheus_client.parser import text_string_to_metric_families
 from support.ports import free_port
-from test_torchft_replica_groups import HEARTBEAT_TIMEOUT_MS, HOLD_PERIOD_S, HOLD_RUN_S, STEPS, trainer_args
+from test_torchft_replica_groups import HEARTBEAT_TIMEOUT_MS, STEPS, hold_back_until_worker_starts, trainer_args
 from torchft_launch import group_env, pod_ip, scrape, start_group, start_lighthouse
 
 from ddp_trainer import torchrun as launcher
@@ -31,26 +30,6 @@ def agent_restarts(port: int, group: int) -> int | None:
         return None
     samples = (s for f in text_string_to_metric_families(text) for s in f.samples)
     return next((int(s.value) for s in samples if s.name == launcher.AGENT_RESTARTS_SERIES), None)
-
-
-def hold_back_until_a_new_worker(survivor, agent, old: list[int], log, timeout: float) -> list[int]:
-    """`survivor` held back (stopped but for HOLD_RUN_S in every HOLD_PERIOD_S, so its Lighthouse heartbeat never
-    lapses) until torchrun `agent` runs a worker other than `old`: on a busy machine the survivor could otherwise
-    run out its steps before the restarted worker asks for a quorum. The new worker's pids."""
-    deadline = time.monotonic() + timeout
-    try:
-        while time.monotonic() < deadline:
-            assert agent.poll() is None, f"group 1's torchrun exited with {agent.returncode}:\n{log.read_text()[-3000:]}"
-            now = [p for p in worker_pids(agent.pid) if p not in old]
-            if now:
-                return now
-            os.killpg(survivor.pid, signal.SIGSTOP)
-            time.sleep(HOLD_PERIOD_S - HOLD_RUN_S)
-            os.killpg(survivor.pid, signal.SIGCONT)
-            time.sleep(HOLD_RUN_S)
-        raise AssertionError(f"group 1's torchrun started no new worker in {timeout} s:\n{log.read_text()[-3000:]}")
-    finally:
-        os.killpg(survivor.pid, signal.SIGCONT)
 
 
 def test_a_killed_group_restarts_in_its_pod_and_heals_live(tmp_path):
@@ -72,8 +51,9 @@ def test_a_killed_group_restarts_in_its_pod_and_heals_live(tmp_path):
         killed_at = scrape(ports[0])["ddp_trainer_step"]
         survivor_heals = scrape(ports[0])["ddp_trainer_heals_total"]
 
-        # Group 1's own torchrun starts a new worker: the pod would stay, nothing replaced.
-        new = hold_back_until_a_new_worker(groups[0], groups[1], victims, logs[1], timeout=120)
+        # Group 1's own torchrun starts a new worker: the pod would stay, nothing replaced. The survivor is held back
+        # meanwhile: on a busy machine it could run out its steps before the new worker asks for a quorum.
+        new = hold_back_until_worker_starts(groups[0], groups[1], logs[1], timeout=120, old=tuple(victims))
         assert len(new) == 1, new
         healed = wait_for_line(
             logs[1], HEALED, groups[1], timeout=120, where=lambda m: int(m["step"]) > killed_at

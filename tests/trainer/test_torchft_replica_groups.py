@@ -63,15 +63,17 @@ def poll_step(port: int, proc, above: float, deadline_s: float, group: int = 0) 
     raise AssertionError(f"group 0's step stayed at {seen}, not above {above}, for {deadline_s} s")
 
 
-def hold_back_until_worker_starts(survivor, agent, log, timeout: float) -> None:
+def hold_back_until_worker_starts(survivor, agent, log, timeout: float, old: tuple[int, ...] = ()) -> list[int]:
     """`survivor` (a torchrun's session) stopped but for HOLD_RUN_S in every HOLD_PERIOD_S until torchrun `agent`
-    has a worker, then running on; fails if the agent exits first or starts no worker in time."""
+    has a worker other than `old` (a restart in place), then running on; its new workers' pids. Fails if the agent
+    exits first or starts no worker in time."""
     deadline = time.monotonic() + timeout
     try:
         while time.monotonic() < deadline:
             assert agent.poll() is None, f"the replacement exited with {agent.returncode}:\n{log.read_text()[-3000:]}"
-            if worker_pids(agent.pid):
-                return
+            started = [pid for pid in worker_pids(agent.pid) if pid not in old]
+            if started:
+                return started
             os.killpg(survivor.pid, signal.SIGSTOP)
             time.sleep(HOLD_PERIOD_S - HOLD_RUN_S)
             os.killpg(survivor.pid, signal.SIGCONT)
