@@ -70,13 +70,14 @@ def is_open(entry: Recovery) -> bool:
     return "ranks" in entry and "recoverySeconds" not in entry
 
 
-def close(status: JobStatus, now: datetime, plan: Plan) -> None:
+def close(status: JobStatus, now: datetime, plan: Plan, ended: bool = False) -> None:
     """The group runs again: every open entry, found by its id wherever it stands in the history (an in-place
-    restart may have been appended after it), gets its duration and rank-seconds, as an event and metrics too."""
+    restart may have been appended after it), gets its duration and rank-seconds, as an event and metrics too.
+    `ended`: the job ended instead (end_with_job)."""
     entries = list(status.get("recoveries") or [])
     for at, open_entry in enumerate(entries):
         if is_open(open_entry):
-            entries[at] = _closed(status, open_entry, now, plan)
+            entries[at] = _closed(status, open_entry, now, plan, ended)
     if entries != (status.get("recoveries") or []):
         status["recoveries"] = entries
 
@@ -85,12 +86,7 @@ def end_with_job(status: JobStatus, now: datetime, plan: Plan) -> None:
     """The job ended (Succeeded, Failed) while a recovery was still open: TorchFT's survivors finished the training
     before the replacement was back, say. Each open entry is closed at the end (`endedWithJob`): its ranks were
     lost until then, and nothing is left to wait for."""
-    entries = list(status.get("recoveries") or [])
-    for at, open_entry in enumerate(entries):
-        if is_open(open_entry):
-            entries[at] = _closed(status, open_entry, now, plan, ended=True)
-    if entries != (status.get("recoveries") or []):
-        status["recoveries"] = entries
+    close(status, now, plan, ended=True)
 
 
 def _closed(status: JobStatus, open_entry: Recovery, now: datetime, plan: Plan, ended: bool = False) -> Recovery:
