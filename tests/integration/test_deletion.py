@@ -12,6 +12,8 @@ import random
 import signal
 import time
 
+from ddpjob_operator.controller.applier import PlanApplier
+from ddpjob_operator.controller.expectations import Expectations
 from support.cluster import wait_until
 from support.operator import OperatorProcess
 
@@ -166,3 +168,43 @@ def test_a_pod_template_with_finalizers_is_refused_at_apply(kube, operator):
     res = kube("apply", "-f", "-", input=json.dumps(job), check=False)
     assert res.returncode != 0
     assert "spec.template.metadata.finalizers would be copied onto every worker pod" in res.stderr
+
+
+HOLD = "tests.ddpjob.dev/hold"  # a finalizer of the test's own: the deletion shows while the object stays
+
+
+def test_a_deleted_pods_owners_are_read_live_from_the_api_server(cluster, crds, kube_api, namespace):
+    """What lets the operator judge a pod deleted by someone else at once (failures.deletion_to_settle): a read of
+    the job and its namespace says whether either is being deleted. No operator watches this namespace."""
+    applier = PlanApplier(kube_api, Expectations(time.monotonic))
+    kube = Kube(cluster, namespace)
+
+    def held_job(name: str) -> str:
+        job = small_job(name)
+        job["metadata"]["finalizers"] = [HOLD]
+        kube("apply", "-f", "-", input=json.dumps(job))
+        return json.loads(kube("get", "ddpjob", name, "-o", "json").stdout)["metadata"]["uid"]
+
+    def release(name: str) -> None:
+        kube("patch", "ddpjob", name, "--type=merge", "-p", '{"metadata":{"finalizers":null}}', check=False)
+
+    uid = held_job("live")
+    try:
+        assert applier.owners_live((namespace, "live"), uid)
+        # The name now belongs to another job (deleted and created again): not this pod's.
+        assert not applier.owners_live((namespace, "live"), "0b5e2f1c-0000-4000-8000-000000000000")
+        kube("delete", "ddpjob", "live", "--wait=false")
+        assert not applier.owners_live((namespace, "live"), uid), "the job is being deleted"
+    finally:
+        release("live")
+    wait_until(lambda: kube("get", "ddpjob", "live", check=False).returncode != 0, timeout=30, what="job gone")
+    assert not applier.owners_live((namespace, "live"), uid), "the job is gone"
+
+    uid = held_job("in-ns")
+    try:
+        assert applier.owners_live((namespace, "in-ns"), uid)
+        cluster.kubectl("delete", "namespace", namespace, "--wait=false")
+        # The job's finalizer holds the namespace in Terminating; the job itself may or may not be marked yet.
+        assert not applier.owners_live((namespace, "in-ns"), uid), "the namespace is being deleted"
+    finally:
+        release("in-ns")

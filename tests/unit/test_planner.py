@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import timedelta
 
 import pytest
 
 from ddpjob_operator.planner import PlannerSettings, plan_reconcile
+from ddpjob_operator.recovery import failures
 
 from job_builders import NOW, ago, make_job, make_node, make_pod, observe, running_pods
 
@@ -226,6 +228,26 @@ def test_a_pod_deleted_by_someone_else_is_judged_after_the_deletion_settles():
     assert plan.status is None and 0 < plan.requeue_after <= 1.5
     pods[1] = make_pod("a", 1).terminating(since=2).build()
     assert plan_for(job, pods).status["phase"] == "Restarting"
+
+
+def test_a_deleted_pod_is_judged_at_once_when_the_pass_read_its_job_and_namespace_live():
+    job = make_job("a").replicas(2).restart_backoff(0).running().status(observedGeneration=1)
+    pods = [make_pod("a", 0).build(), make_pod("a", 1).terminating(since=0.5).build()]
+    obs = dataclasses.replace(observe(job.build(), pods, None, True, NOW), owners_live=True)
+    s = plan_reconcile(obs, SETTINGS).status
+    assert s["phase"] == "Restarting" and s["lastFailure"]["kind"] == "Deleted", s
+
+
+@pytest.mark.parametrize("name, pods, want", [
+    # The first row is the scenario: a pod of this attempt deleted half a second ago by someone else.
+    ("this attempt's pod deleted 0.5 s ago", [make_pod("a", 1, attempt=1).terminating(since=0.5)], True),
+    ("past the settle time: judged anyway, no read", [make_pod("a", 1, attempt=1).terminating(since=2.5)], False),
+    ("an earlier attempt's pod: the operator's own delete", [make_pod("a", 1, attempt=0).terminating(since=0.5)],
+     False),
+    ("no pod being deleted", [make_pod("a", 0, attempt=1), make_pod("a", 1, attempt=1)], False),
+])
+def test_a_pass_reads_the_owners_live_only_while_a_deletion_of_this_attempt_settles(name, pods, want):
+    assert failures.deletion_to_settle([p.build() for p in pods], 1, NOW) is want
 
 
 def test_a_survivors_peer_symptom_waits_for_the_pod_whose_rank_died_first():

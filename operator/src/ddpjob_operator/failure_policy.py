@@ -109,7 +109,7 @@ def decide(
     if not found:
         spent = in_place.budget_spent(obs, spec, status)
         return None if spent is None else fail_with(obs, status, plan, *spent)
-    settling = failures.deletion_settling(found, obs.now)
+    settling = failures.deletion_settling(found, obs.now, obs.owners_live)
     if settling is None and not spec.fault_tolerance.torchft:  # a replica group's exit is its own cause
         settling = failures.peer_symptoms_settling(found, pods.current.values(), obs.now)
     if settling is not None:

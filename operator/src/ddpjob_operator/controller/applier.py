@@ -16,6 +16,7 @@ from typing import Any
 
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
+from urllib3.exceptions import HTTPError
 
 from .. import api, metrics
 from ..admission import kueue
@@ -52,6 +53,26 @@ class PlanApplier:
         self.custom = client.CustomObjectsApi(api_client)
         self.networking = client.NetworkingV1Api(api_client)
         self.expect = expectations
+
+    def owners_live(self, key: tuple[str, str], uid: str) -> bool:
+        """Read from the API server: the job (this uid) and its namespace both exist and neither is being deleted.
+        False on any error, and the pass then waits out the deletion's settle time (failures.py)."""
+        ns, name = key
+        try:
+            job = self.custom.get_namespaced_custom_object(
+                api.GROUP, api.VERSION, ns, api.PLURAL, name, _request_timeout=REQUEST_TIMEOUT
+            )
+            namespace = self.core.read_namespace(ns, _request_timeout=REQUEST_TIMEOUT)
+        except (ApiException, OSError, HTTPError) as exc:
+            log.debug("could not read the job and its namespace: %s", exc, extra={"job": f"{ns}/{name}"})
+            return False
+        meta = job.get("metadata") or {}
+        return (
+            meta.get("uid") == uid
+            and not meta.get("deletionTimestamp")
+            and namespace.metadata.deletion_timestamp is None
+            and (namespace.status is None or namespace.status.phase != "Terminating")
+        )
 
     def apply(self, obs: Observed, plan: Plan) -> ApplyResult:
         meta = obs.job["metadata"]

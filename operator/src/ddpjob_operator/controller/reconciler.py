@@ -15,6 +15,7 @@ from kubernetes.client.exceptions import ApiException
 from .. import api, metrics
 from ..placement.room_wakeups import RoomRounds, turn_order
 from ..planner import PlannerSettings, plan_reconcile
+from ..recovery import failures
 from ..state.plan import Observed, Plan, PodRefusal, ServiceConflict
 from ..state.status_writes import WriteBudget
 from ..timefmt import utcnow
@@ -139,6 +140,11 @@ class Reconciler:
             network_policy_conflict=self.network_policy_conflicts.get(key),
             may_grow=self.rounds.may_grow(key),
         )
+        attempt = int((obs.job.get("status") or {}).get("attempt", 0))
+        if failures.deletion_to_settle(obs.pods, attempt, now):
+            # The job's or the namespace's deletion may not have reached the watches yet: ask the API server.
+            owners_live = await asyncio.to_thread(self.applier.owners_live, key, obs.job["metadata"]["uid"])
+            obs = dataclasses.replace(obs, owners_live=owners_live)
         plan = plan_reconcile(obs, self.settings)
         wait = self.budget.take(plan.status, obs.job.get("status") or {})
         if wait > 0:  # progress alone, and the cluster-wide budget is spent: the write waits, nothing else does

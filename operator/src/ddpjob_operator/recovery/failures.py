@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
+from ..api import LABEL_ATTEMPT
 from ..state.spec import trainer_container
 from ..timefmt import parse_time
 
@@ -52,9 +53,11 @@ class Failure:
         return text
 
 
-# A pod deleted by someone else is judged this long after its deletion began, not at once: when its job or its
-# namespace is being deleted (the namespace controller deletes pods before the other objects), the pod's event
-# can arrive before the job's or the namespace's, and that deletion is no failure.
+# A pod deleted by someone else is judged this long after its deletion began, unless the pass read the job and its
+# namespace from the API server (Observed.owners_live): when its job or its namespace is being deleted (the
+# namespace controller deletes pods before the other objects), the pod's event can arrive through the watches
+# before the job's or the namespace's, and that deletion is no failure. Both are marked deleted before any of
+# their pods is, so a live read that finds neither deleted settles it at once.
 DELETION_SETTLE_SECONDS = 2.0
 TAINT_MANAGER = "DeletionByTaintManager"  # a DisruptionTarget reason
 
@@ -68,12 +71,27 @@ def deletion_started(pod: dict[str, Any]) -> datetime | None:
     return deadline - timedelta(seconds=int(meta.get("deletionGracePeriodSeconds") or 0))
 
 
-def deletion_settling(found: list[Failure], now: datetime) -> float | None:
-    """Seconds to wait before acting on these failures: only while every one is a deletion still settling."""
-    if not found or any(f.kind != DELETED or f.reason != "Terminating" or f.at is None for f in found):
+def deletion_settling(found: list[Failure], now: datetime, owners_live: bool = False) -> float | None:
+    """Seconds to wait before acting on these failures: only while every one is a deletion still settling, and the
+    pass did not read the job and its namespace live (`owners_live`: neither is being deleted)."""
+    if owners_live or not found or any(f.kind != DELETED or f.reason != "Terminating" or f.at is None for f in found):
         return None
     left = max(DELETION_SETTLE_SECONDS - (now - f.at).total_seconds() for f in found if f.at is not None)
     return left if left > 0 else None
+
+
+def deletion_to_settle(pods: list[dict[str, Any]], attempt: int, now: datetime) -> bool:
+    """Whether a pod of this attempt is being deleted by someone else and still inside DELETION_SETTLE_SECONDS: the
+    one case in which the pass reads the job and its namespace from the API server (the operator deletes only the
+    pods of earlier attempts, so their deletions cost no read)."""
+    for pod in pods:
+        meta = pod["metadata"]
+        if str(attempt) != (meta.get("labels") or {}).get(LABEL_ATTEMPT):
+            continue
+        started = deletion_started(pod)
+        if started is not None and (now - started).total_seconds() < DELETION_SETTLE_SECONDS:
+            return True
+    return False
 
 
 def node_ready(node: dict[str, Any] | None) -> tuple[bool, datetime | None]:

@@ -103,6 +103,10 @@ class Observed:
     # faultTolerance TorchFT: the job's Lighthouse pods, told apart from its workers (`pods`) as the cache reads them
     # (replica_groups.py); their nodes are in `nodes` too.
     lighthouses: list[dict[str, Any]] = field(default_factory=list)
+    # The pass read the job and its namespace from the API server, and neither is being deleted: a pod of the job
+    # deleted by someone else is then a failure at once, with no settle wait (failures.deletion_to_settle says when
+    # the reconciler reads them).
+    owners_live: bool = False
 
 
 @dataclass(frozen=True)
