@@ -15,8 +15,8 @@
 #   BENCH_OSCILLATION_SECONDS=300     capacity oscillation: an elastic job under a filler tenant every 20 s, this tree
 #                                     vs the operator before the settling rules (a git worktree of e0edcad^)
 #   BENCH_TORCHFT_TIMEOUTS=5000,1000,500,200,100   torchft: Lighthouse heartbeat timeouts (ms) to measure
-#   BENCH_SKIP="local"                any of: trainer scale gang estimate oscillation deletion kueue local torchft recovery
-#                                     realrecovery restartall (skip those parts; the last two need root:
+#   BENCH_SKIP="local"                any of: trainer scale gang estimate oscillation deletion kueue local torchft
+#                                     keepalive recovery realrecovery restartall (skip those parts; the last two need root:
 #                                     hack/realnode.sh)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -107,6 +107,16 @@ if ! skip torchft; then
   say "torchft heartbeat: 2 replica groups, kill -9 of one; the survivor's stall and false evictions under load per Lighthouse heartbeat timeout"
   "$py" "$root/bench/torchft_heartbeat.py" --out "$results/torchft_heartbeat.json" \
     --timeouts "${BENCH_TORCHFT_TIMEOUTS:-5000,1000,500,200,100}"
+fi
+
+if ! skip keepalive; then
+  say "InPlace's rendezvous keep-alive: a living agent's heartbeat age under load, a living agent taken for dead, and" \
+    "a lost node's re-form, per keep-alive and last call (three torchrun agents, 0 and 8 busy processes beside them)"
+  ka=("$py" "$root/bench/rendezvous_keepalive.py" --out "$results/rendezvous_keepalive.json")
+  "${ka[@]}" --keep-alive 2 3 --keep-alive 1 3 --last-call 5 --hogs 0 8 --seconds 90
+  "${ka[@]}" --append --keep-alive 2 3 --last-call 5 --hogs 0 8 --seconds 60 --kill-agent
+  "${ka[@]}" --append --keep-alive 1 3 --last-call 2 --hogs 0 8 --seconds 60 --kill-agent
+  "${ka[@]}" --append --keep-alive 1 3 --last-call 2 --hogs 0 --seconds 75 --starve-agent 6
 fi
 
 if ! skip recovery; then

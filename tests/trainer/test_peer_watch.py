@@ -86,7 +86,7 @@ def test_the_beat_leaves_several_chances_inside_the_timeout():
 
 
 def test_survivors_leave_a_frozen_node_and_train_on_without_it(tmp_path):
-    """Two torchrun agents as two nodes (the operator's InPlace env: elastic 1..2, a keep-alive of 2 s x 3), a
+    """Two torchrun agents as two nodes (the operator's InPlace env: elastic 1..2, a keep-alive of 1 s x 3), a
     checkpoint directory both see. Node 1 is frozen whole (its agent and its worker, SIGSTOP: nothing is closed).
     Node 0's worker leaves the group after the peer timeout (6 s here), well before the collective timeout (120 s),
     with the exit code and the message that say so; its agent forms the group again alone and it trains to the end
@@ -95,7 +95,7 @@ def test_survivors_leave_a_frozen_node_and_train_on_without_it(tmp_path):
 
     def env(node: int) -> dict[str, str]:
         conf = (f"is_host={'true' if node == 0 else 'false'},join_timeout=120,last_call_timeout=2,"
-                "keep_alive_interval=2,keep_alive_max_attempt=3")
+                "keep_alive_interval=1,keep_alive_max_attempt=3")
         return trainer_env(
             PET_NNODES="1:2", PET_NPROC_PER_NODE="1", PET_RDZV_BACKEND="c10d", PET_RDZV_ENDPOINT=f"127.0.0.1:{port}",
             PET_RDZV_ID=rdzv_id, PET_RDZV_CONF=conf, PET_MAX_RESTARTS="3", PET_NODE_RANK=str(node),

@@ -82,13 +82,16 @@ def nnodes(spec: JobSpec, size: int | None = None) -> str:
 
 
 # restartStrategy InPlace re-forms the group in the running pods after a loss, in torchrun's rendezvous: a dead node
-# stays a participant until its keep-alive expires (torchrun's default: every 5 s, dead after 3 missed, 15 s), then
-# the survivors, at least minReplicas, wait the last call for more. Both were most of InPlace's stall on a lost node
-# (53 s against Recreate's 10 s, bench/recovery_modes.py). A shorter keep-alive can take a starved agent for dead:
-# 2 s x 3 still tolerates 6 s of starvation (docs/fault-tolerance.md has the measured trade-off).
-IN_PLACE_KEEP_ALIVE = (2, 3)  # keep_alive_interval seconds, keep_alive_max_attempt
+# stays a participant until its keep-alive expires (torchrun's default: every 5 s, dead after 3 missed, 15 s), and a
+# new round opens only once every participant of the last one has left; then the survivors, at least minReplicas,
+# wait the last call for more. Both were most of InPlace's stall on a lost node (bench/recovery_modes.py).
+# bench/rendezvous_keepalive.py measured the margins (docs/fault-tolerance.md): a living agent's heartbeat was never
+# older than 2.1 s (1 s beats, 8 busy processes beside 3 trainers on 2 cores), and a living agent taken for dead
+# while the group trains costs nothing (it only leaves the participants: no re-form, no restart). Every living
+# agent waits in the next round before it opens, so a last call of 2 s still took each one in under that load.
+IN_PLACE_KEEP_ALIVE = (1, 3)  # keep_alive_interval seconds, keep_alive_max_attempt: dead after 3 s
 LAST_CALL_SECONDS = 30  # torchrun's own default: the wait for late pods once minReplicas have joined...
-IN_PLACE_LAST_CALL_SECONDS = 5  # ...and InPlace's, whose pods are all running when its group re-forms
+IN_PLACE_LAST_CALL_SECONDS = 2  # ...and InPlace's, whose pods are all running when its group re-forms
 
 
 def last_call_seconds(spec: JobSpec) -> int:
