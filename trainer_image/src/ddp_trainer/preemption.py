@@ -1,30 +1,129 @@
 """SIGTERM (pod deletion, preemption, torchrun shutting its workers down) only sets a flag; every rank votes on
 it after every step, so all of them stop at the same step, write a checkpoint together, and exit. The same vote
 carries rank 0's request for a checkpoint by time (--checkpoint.every-seconds): every rank takes part in a save
-(each gives its RNG state), so every rank must learn at which step it happens."""
+(each gives its RNG state), so every rank must learn at which step it happens.
+
+A rank that is in a collective with a peer that no longer answers (a node gone silent: no reset reaches it) never
+ends its step, so it never reaches the vote: torchrun's agent, stopping its workers for a membership change, would
+wait its whole shutdown timeout (the pod's grace period) before it kills it, and the survivors would form their
+group that much later. So once SIGTERM came, a step that has not ended after STUCK_STEP_FACTOR times the longest of
+the recent steps (at least STUCK_MIN_SECONDS) ends the process at once, with the same exit code and no checkpoint:
+none could be written without that peer. A checkpoint being written is never cut short, and nothing happens outside
+the training loop (start-up, the final evaluation)."""
 
 from __future__ import annotations
 
+import contextlib
+import os
+import select
 import signal
+import sys
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import cast
 
 import torch
 import torch.distributed as dist
 
+from . import exit_codes
+
+STUCK_MIN_SECONDS = 10.0
+STUCK_STEP_FACTOR = 3.0
+RECENT_STEPS = 20
+WATCH_INTERVAL_S = 0.5
+
 
 class PreemptionFlag:
-    def __init__(self):
+    def __init__(self, clock: Callable[[], float] = time.monotonic):
         self.requested = False
         self.signal_name = ""
+        self.clock = clock
+        self.signalled_at: float | None = None
+        self.stepping = False  # inside the training loop
+        self.saving = 0  # checkpoints being written (nested)
+        self.last_step_end: float | None = None
+        self.recent: deque[float] = deque(maxlen=RECENT_STEPS)
+        self._watch: threading.Thread | None = None
 
     def install(self) -> PreemptionFlag:
         signal.signal(signal.SIGTERM, self._handle)
+        self._watch_signals()
         return self
 
     def _handle(self, signum, frame) -> None:
+        self.signalled(signal.Signals(signum).name)
+
+    def _watch_signals(self) -> None:
+        """Python runs a signal's handler only once the main thread is back in Python: never while it waits in a
+        collective that does not end. The interpreter's own C-level handler writes each signal's number to the
+        wakeup fd at once, so a thread of ours learns of SIGTERM from it and can end a stuck process. Not from
+        another thread (set_wakeup_fd is the main thread's), and a forked child (a DataLoader worker) drops it so
+        that its signals are never taken for this process's."""
+        try:
+            read_end, write_end = os.pipe()
+            os.set_blocking(write_end, False)
+            signal.set_wakeup_fd(write_end, warn_on_full_buffer=False)
+        except ValueError:  # not the main thread: the handler alone sets the flag, with no watch
+            return
+        os.register_at_fork(after_in_child=lambda: signal.set_wakeup_fd(-1))
+        self._watch = threading.Thread(target=self._watch_loop, args=(read_end,), name="ddp-sigterm-watch", daemon=True)
+        self._watch.start()
+
+    def _watch_loop(self, read_end: int) -> None:
+        while True:
+            ready, _, _ = select.select([read_end], [], [], WATCH_INTERVAL_S)
+            if ready and signal.SIGTERM in os.read(read_end, 64):
+                self.signalled(signal.SIGTERM.name)
+            waited = self.stuck_for()
+            if waited is not None:
+                print(
+                    f"ddp_trainer: {self.signal_name} and no step ended for {waited:.0f} s (a collective with a peer "
+                    f"that does not answer): exiting {exit_codes.PREEMPTED} without a checkpoint",
+                    file=sys.stderr,
+                    flush=True,
+                )
+                os._exit(exit_codes.PREEMPTED)
+
+    def signalled(self, name: str) -> None:
         self.requested = True
-        self.signal_name = signal.Signals(signum).name
+        self.signal_name = name
+        if self.signalled_at is None:
+            self.signalled_at = self.clock()
+
+    def loop_started(self) -> None:
+        self.stepping = True
+
+    def step_ended(self) -> None:
+        now = self.clock()
+        if self.last_step_end is not None:
+            self.recent.append(now - self.last_step_end)
+        self.last_step_end = now
+
+    def loop_ended(self) -> None:
+        self.stepping = False
+
+    @contextlib.contextmanager
+    def writing_checkpoint(self) -> Iterator[None]:
+        self.saving += 1
+        try:
+            yield
+        finally:
+            self.saving -= 1
+
+    def stuck_limit(self) -> float:
+        return max(STUCK_MIN_SECONDS, STUCK_STEP_FACTOR * max(self.recent, default=0.0))
+
+    def stuck_for(self) -> float | None:
+        """After SIGTERM, inside the training loop and writing no checkpoint: how long the step in progress has
+        run past its limit's start (the signal, or the last step's end if later); None while it may go on."""
+        if self.signalled_at is None or not self.stepping or self.saving:
+            return None
+        since = max(self.signalled_at, self.last_step_end or self.signalled_at)
+        waited = self.clock() - since
+        return waited if waited >= self.stuck_limit() else None
 
 
 @dataclass(frozen=True)

@@ -368,6 +368,7 @@ class Trainer:
         self.metrics.count_samples(0, self.samples)
         self.metrics.step.set(self.step)
         again: tuple[torch.Tensor, torch.Tensor] | None = None  # torchft: the batch of a step not committed
+        self.preemption.loop_started()
         while self.step < cfg.train.steps:
             if self.replicas is not None and self.replicas.start_step():  # healed: the data goes on at its step
                 batches, again = iter(self.data_loader()), None
@@ -392,6 +393,7 @@ class Trainer:
             else:  # not committed: the step runs again on the batch in hand (the step, and so the data, stayed)
                 again = (inputs, targets) if self.replicas.after_step() else None
             window_steps += 1
+            self.preemption.step_ended()
             self.phases.step((t0, t1, t2, t3))
             if self.compile_watch is not None and self.compile_watch.compiled_in_step(self.step, started):
                 self.rate_start, self.rate_samples = time.monotonic(), self.samples
@@ -407,8 +409,10 @@ class Trainer:
             if verdict.stop:
                 return self._preempted()
             if self._checkpoint_due(verdict.save):
-                self.save_checkpoint()
+                with self.preemption.writing_checkpoint():  # a SIGTERM now never cuts it short
+                    self.save_checkpoint()
         self.vote.settle()
+        self.preemption.loop_ended()
         self.phases.flush()
         if not finish:
             return exit_codes.OK
@@ -420,8 +424,9 @@ class Trainer:
 
     def _preempted(self) -> int:
         self.vote.settle()
-        self.save_checkpoint()
-        self.wait_for_checkpoint()  # within the grace period: staging is a copy, the writes are spread over ranks
+        with self.preemption.writing_checkpoint():
+            self.save_checkpoint()
+            self.wait_for_checkpoint()  # within the grace period: staging is a copy, the writes are spread over ranks
         if self.talks:
             emit(
                 f"{self.who.prefix} preempted ({self.preemption.signal_name or 'peer'}): "
