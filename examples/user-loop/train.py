@@ -120,6 +120,10 @@ def main() -> None:
         epoch, skip = epoch + 1, 0
     if rank == 0:
         print(f"rank 0: done step={step}", flush=True)
+    # Every rank past its last collective (rank 0's last save included) before the group goes: gloo torn down while
+    # a peer still uses it can abort the process at exit ("terminate called without an active exception", seen once
+    # in the trainer suite).
+    dist.barrier()
     dist.destroy_process_group()
 
 
