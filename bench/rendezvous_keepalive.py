@@ -36,9 +36,9 @@ from pathlib import Path
 
 import torch.distributed as dist
 
+from machine import describe_machine  # bench/ is on sys.path: this script's own directory
+
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "bench"))
-from machine import describe_machine  # noqa: E402
 
 RUN_ID = "keepalive"
 AGENTS = 3

@@ -46,7 +46,6 @@ class PreemptionFlag:
         self.saving = 0  # checkpoints being written (nested)
         self.last_step_end: float | None = None
         self.recent: deque[float] = deque(maxlen=RECENT_STEPS)
-        self._watch: threading.Thread | None = None
 
     def install(self) -> PreemptionFlag:
         signal.signal(signal.SIGTERM, self._handle)
@@ -62,15 +61,16 @@ class PreemptionFlag:
         wakeup fd at once, so a thread of ours learns of SIGTERM from it and can end a stuck process. Not from
         another thread (set_wakeup_fd is the main thread's), and a forked child (a DataLoader worker) drops it so
         that its signals are never taken for this process's."""
+        read_end, write_end = os.pipe()
+        os.set_blocking(write_end, False)
         try:
-            read_end, write_end = os.pipe()
-            os.set_blocking(write_end, False)
             signal.set_wakeup_fd(write_end, warn_on_full_buffer=False)
         except ValueError:  # not the main thread: the handler alone sets the flag, with no watch
+            os.close(read_end)
+            os.close(write_end)
             return
         os.register_at_fork(after_in_child=lambda: signal.set_wakeup_fd(-1))
-        self._watch = threading.Thread(target=self._watch_loop, args=(read_end,), name="ddp-sigterm-watch", daemon=True)
-        self._watch.start()
+        threading.Thread(target=self._watch_loop, args=(read_end,), name="ddp-sigterm-watch", daemon=True).start()
 
     def _watch_loop(self, read_end: int) -> None:
         while True:
