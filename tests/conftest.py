@@ -12,9 +12,10 @@ import uuid
 
 import pytest
 
-
 from support import chaos_summary
 from support import cluster as local_cluster
+from support import kueue as kueue_support
+from support.operator import OperatorProcess
 
 CHAOS_ROWS: list[dict] = []  # under pytest-xdist: the chaos rows the workers handed back
 
@@ -76,8 +77,9 @@ def pytest_runtest_makereport(item, call):
     report = outcome.get_result()
     if report.when != "call" or not report.failed:
         return
-    cluster, namespace = item.funcargs.get("cluster"), item.funcargs.get("namespace")
-    if cluster is None or namespace is None:
+    cluster = item.funcargs.get("cluster")
+    namespace = item.funcargs.get("namespace") or item.funcargs.get("ns")  # the Kueue suite names it `ns`
+    if cluster is None or not isinstance(namespace, str):
         return
     parts = []
     commands = [*SCENE, ("ddpjobs", ("-n", namespace, "get", "ddpj", "-o", "yaml")),
@@ -94,10 +96,14 @@ def pytest_runtest_makereport(item, call):
             parts.append(f"--- {title}\n{out.stdout}{out.stderr}")
         except Exception as err:  # noqa: BLE001 (the scene is best effort: the failure is already reported)
             parts.append(f"--- {title}: {err}")
-    operator = item.funcargs.get("operator")
-    if hasattr(operator, "log"):
-        lines = [line for line in operator.log().splitlines() if "logger=ddpjob" in line and "level=debug" not in line]
+    operator = next((value for value in item.funcargs.values() if isinstance(value, OperatorProcess)), None)
+    if operator is not None:
+        # Its own lines, and kopf's warnings and errors (a watch that keeps failing says so only there).
+        lines = [line for line in operator.log().splitlines()
+                 if "level=debug" not in line and ("logger=ddpjob" in line or "level=info" not in line)]
         parts.append("--- the operator's last 60 lines\n" + "\n".join(lines[-60:]))
+    if "kueue" in item.nodeid:
+        parts.append("--- Kueue's last 30 lines\n" + kueue_support.log_tail(cluster, 30))
     report.sections.append(("cluster scene", "\n".join(parts)))
 
 

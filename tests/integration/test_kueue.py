@@ -24,6 +24,7 @@ from support.operator import QUEUE_LABEL_POLICY, ROOT, OperatorProcess
 from ddpjob_manifests import ddpjob
 from namespaced_kubectl import Kube
 
+from ddpjob_operator import api
 from ddpjob_operator.admission.kueue import DEACTIVATED_BY
 
 NS_PREFIX = "t-kq-"
@@ -40,8 +41,10 @@ def kueue(cluster):
 @pytest.fixture(scope="module")
 def kq_operator(cluster, crds, kueue, tmp_path_factory):
     """Started after Kueue's API exists: the operator looks for it once, at start."""
+    # --verbose: kopf's debug lines say when it starts watching a namespace (the `ns` fixture waits for that), and
+    # which watch stalled if one does. This suite has a dozen small jobs: the lines cost little here.
     op = OperatorProcess(cluster.kubeconfig, [f"{NS_PREFIX}*"], tmp_path_factory.mktemp("kq") / "operator.log",
-                         verbose=False)
+                         verbose=True)
     op.start()
     wait_until(lambda: "Kueue found" in op.log(), timeout=30, what="the operator to find Kueue")
     yield op
@@ -54,11 +57,18 @@ def ns(cluster, kq_operator, request):
     cluster.kubectl("create", "namespace", name)
     wait_until(lambda: cluster.kubectl("-n", name, "get", "serviceaccount", "default", check=False).returncode == 0,
                timeout=30, what=f"default ServiceAccount in {name}")
+    # kopf learns of a new namespace from its watch and then starts a watch of each kind in it: a job applied before
+    # that is seen only then. Once, on CI, the first job of this suite was not seen in 60 s (nothing in the
+    # operator's INFO lines, no Workload): the test starts when the operator watches its namespace.
+    watching = f"Starting the watch-stream for {api.PLURAL}.{api.VERSION}.{api.GROUP} in '{name}'"
+    wait_until(lambda: watching in kq_operator.log(), timeout=120, what=f"the operator to watch DDPJobs in {name}")
     log_offset = len(kq_operator.log())
     yield name
     report = getattr(request.node, "rep_call", None)
     if report is None or report.failed:
-        print(f"----- operator log -----\n{kq_operator.log()[log_offset:][-20000:]}")
+        own = [line for line in kq_operator.log()[log_offset:].splitlines()
+               if "level=debug" not in line or "logger=ddpjob" in line or "watch-stream" in line]
+        print("----- operator log (kopf's per-event debug lines left out) -----\n" + "\n".join(own)[-20000:])
         print(cluster.kubectl("get", "workloads.kueue.x-k8s.io", "-n", name, "-o", "yaml", check=False).stdout[-8000:])
     if os.environ.get("KEEP_NAMESPACE") == "1":  # debugging: look at what the test left
         return

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+from pathlib import Path
 
 from support.cluster import wait_until
 from support.operator import ROOT
@@ -44,6 +45,12 @@ def queue(cluster, name: str, namespace: str, quota: dict[str, str | int], node_
         cluster.kubectl("apply", "-f", "-", input=json.dumps(manifest))
     wait_until(lambda: json.loads(cluster.kubectl("get", "clusterqueue", name, "-o", "json").stdout)
                .get("status", {}).get("conditions"), timeout=30, what=f"ClusterQueue {name} active")
+
+
+def log_tail(cluster, lines: int) -> str:
+    """The last lines of this cluster's Kueue manager log (hack/kueue.sh writes it under the cluster's logs/)."""
+    path = Path(cluster.env.get("CLUSTER_DIR", ROOT / ".local-cluster")) / "logs" / "kueue.log"
+    return "\n".join(path.read_text(errors="replace").splitlines()[-lines:]) if path.exists() else f"(no {path})"
 
 
 def delete_queues(cluster, name: str) -> None:
