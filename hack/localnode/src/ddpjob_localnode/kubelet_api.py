@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import ssl
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -98,10 +99,22 @@ class _Handler(BaseHTTPRequestHandler):
         self.wfile.write(body)
 
 
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def handle_error(self, request, client_address):
+        """Into the agent's log, not a traceback on stderr (the stdlib's default): a client that hangs up mid-request
+        (`kubectl logs -f` stopped, the apiserver's proxy closing) is routine."""
+        exc = sys.exception()
+        if isinstance(exc, ConnectionError | ssl.SSLError | TimeoutError):
+            log.debug("kubelet api: %s went away: %r", client_address, exc)
+        else:
+            log.warning("kubelet api: a request from %s failed", client_address, exc_info=exc)
+
+
 def serve(port: int, cert: Path, key: Path, ca: Path, lookup: LogLookup) -> ThreadingHTTPServer:
     handler = type("KubeletHandler", (_Handler,), {"lookup": staticmethod(lookup)})
-    server = ThreadingHTTPServer(("127.0.0.1", port), handler)
-    server.daemon_threads = True
+    server = _Server(("127.0.0.1", port), handler)
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.load_cert_chain(str(cert), str(key))
     context.load_verify_locations(str(ca))
