@@ -58,8 +58,9 @@ def ns(cluster, kq_operator, request):
     wait_until(lambda: cluster.kubectl("-n", name, "get", "serviceaccount", "default", check=False).returncode == 0,
                timeout=30, what=f"default ServiceAccount in {name}")
     # kopf learns of a new namespace from its watch and then starts a watch of each kind in it: a job applied before
-    # that is seen only then. Once, on CI, the first job of this suite was not seen in 60 s (nothing in the
-    # operator's INFO lines, no Workload): the test starts when the operator watches its namespace.
+    # that is seen only then. Once, on CI, the first job of this suite was not seen in 60 s (kopf had dropped the
+    # namespace, created as the operator started: controller/kopf_namespaces.py). The test starts once the operator
+    # watches its namespace, and a namespace never watched fails here by name.
     watching = f"Starting the watch-stream for {api.PLURAL}.{api.VERSION}.{api.GROUP} in '{name}'"
     wait_until(lambda: watching in kq_operator.log(), timeout=120, what=f"the operator to watch DDPJobs in {name}")
     log_offset = len(kq_operator.log())

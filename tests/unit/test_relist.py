@@ -69,26 +69,9 @@ def test_the_layer_wraps_the_pinned_kopf_stream():
     assert watching.infinite_watch.__module__ == relist.__name__
 
 
-def test_a_namespace_being_deleted_stays_watched_until_it_is_gone():
-    """With --namespace globs kopf stops watching a namespace once its deletion begins, and never starts on one
-    already Terminating; our pods there would then never be released (terminating_namespaces.py)."""
-    import inspect
-
-    from kopf._core.reactor import observation
-
-    from ddpjob_operator.controller import terminating_namespaces
-
-    assert "is_deleted(raw_event)" in inspect.getsource(observation.revise_namespaces)
-    terminating_namespaces.install()
-    terminating = {"type": "MODIFIED", "object": {"metadata": {"name": "t", "deletionTimestamp": "2026-01-01T00:00:00Z"},
-                                                  "status": {"phase": "Terminating", "conditions": [{"type": "X"}]}}}
-    assert observation.is_deleted(terminating) is False
-    assert observation.is_deleted({**terminating, "type": "DELETED"}) is True
-
-
 def test_the_patched_kopf_is_the_locked_one():
-    """The two hooks above replace kopf internals: the kopf they were checked against is the one the hashed lock
-    pins, so an upgrade is a deliberate `make lock` that runs these tests first."""
+    """The hook above and those of test_kopf_namespaces.py replace kopf internals: the kopf they were checked against
+    is the one the hashed lock pins, so an upgrade is a deliberate `make lock` that runs these tests first."""
     import re
     from importlib.metadata import version
     from pathlib import Path

@@ -22,7 +22,7 @@ from ..config import OperatorConfig
 from ..placement import gang
 from ..state.status_writes import WriteBudget
 from ..tracking.progress import ProgressScraper
-from . import relist, terminating_namespaces
+from . import kopf_namespaces, relist
 from .kube import api_client
 from .leadership import Leadership
 from .reconciler import Reconciler
@@ -101,7 +101,7 @@ class Runtime:
 
 def build_registry(config: OperatorConfig) -> kopf.OperatorRegistry:
     relist.install()  # after a relist, what the new list lacks leaves the indexes too (relist.py)
-    terminating_namespaces.install()  # a namespace being deleted is watched until it is gone
+    kopf_namespaces.install()  # every listed namespace that matches is watched, a deleted one until it is gone
     registry = kopf.OperatorRegistry()
     rt = Runtime(config)
 
