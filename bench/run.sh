@@ -116,6 +116,7 @@ if ! skip keepalive; then
   "${ka[@]}" --keep-alive 2 3 --keep-alive 1 3 --last-call 5 --hogs 0 8 --seconds 90
   "${ka[@]}" --append --keep-alive 2 3 --last-call 5 --hogs 0 8 --seconds 60 --kill-agent
   "${ka[@]}" --append --keep-alive 1 3 --last-call 2 --hogs 0 8 --seconds 60 --kill-agent
+  "${ka[@]}" --append --keep-alive 2 3 --last-call 2 --hogs 0 8 --seconds 60 --kill-agent  # the operator's setting
   "${ka[@]}" --append --keep-alive 1 3 --last-call 2 --hogs 0 --seconds 75 --starve-agent 6
 fi
 
