@@ -96,7 +96,11 @@ def pytest_runtest_makereport(item, call):
             parts.append(f"--- {title}\n{out.stdout}{out.stderr}")
         except Exception as err:  # noqa: BLE001 (the scene is best effort: the failure is already reported)
             parts.append(f"--- {title}: {err}")
-    operator = next((value for value in item.funcargs.values() if isinstance(value, OperatorProcess)), None)
+    # The test's own view of an operator where it has one (the integration suite's: its log since the test began),
+    # else any operator process among its fixtures (the Kueue suite's).
+    operator = item.funcargs.get("operator")
+    if not hasattr(operator, "log"):
+        operator = next((value for value in item.funcargs.values() if isinstance(value, OperatorProcess)), None)
     if operator is not None:
         # Its own lines, and kopf's warnings and errors (a watch that keeps failing says so only there).
         lines = [line for line in operator.log().splitlines()
