@@ -2,9 +2,8 @@
 after its namespace observer's first listing ends, before its watch lists again (controller/kopf_namespaces.py).
 
 Run as `python -m support.late_namespace_operator` (tests/ on PYTHONPATH) with the operator's arguments;
-LATE_NAMESPACE names the namespace. kopf calls its listing
-`fetching.fetch_objs` for both listings; the first one made on behalf of `namespace_observer` (its frame is on the
-stack) creates the namespace once it has yielded everything."""
+LATE_NAMESPACE names the namespace. kopf makes both listings through `fetching.fetch_objs`; the first one made on
+behalf of `namespace_observer` (its frame is on the stack) creates the namespace once it has yielded everything."""
 
 from __future__ import annotations
 

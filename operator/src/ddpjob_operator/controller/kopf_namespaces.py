@@ -46,7 +46,8 @@ def install() -> None:
     global _installed
     if _installed:
         return
-    # The kopf version the hashed lock pins; tests/unit/test_relist.py checks the code these hooks replace.
+    # The kopf version the hashed lock pins (tests/unit/test_relist.py); tests/unit/test_kopf_namespaces.py checks
+    # the code these hooks replace.
     from kopf._core.reactor import observation
 
     async def process_discovered_namespace_event(*, raw_event, namespaces, insights, **_: Any) -> None:
