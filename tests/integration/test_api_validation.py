@@ -56,6 +56,16 @@ def with_resources(**resources) -> dict:
     return job
 
 
+def with_template(metadata: dict | None = None, **pod_spec) -> dict:
+    """The worker template with these metadata and pod spec fields set."""
+    job = with_spec()
+    template = job["spec"]["template"]
+    if metadata is not None:
+        template["metadata"] = metadata
+    template["spec"].update(pod_spec)
+    return job
+
+
 def with_metrics_port(port: int, network_policy: bool = True) -> dict:
     job = with_spec(networkPolicy=network_policy)
     job["spec"]["template"]["spec"]["containers"][0]["ports"] = [{"name": "metrics", "containerPort": port}]
@@ -135,6 +145,19 @@ INVALID = [
      "spec.faultTolerance.lighthouse.port must differ from spec.rendezvous.port"),
     ("fault tolerance mode typo", with_spec(faultTolerance={"mode": "torchft"}),
      'spec.faultTolerance.mode: Unsupported value: "torchft": supported values: "None", "TorchFT"'),
+    # Issue 54, defect 11: accepted untyped, each made every reconcile of the job raise (no status, no event).
+    ("grace period with a unit", with_template(terminationGracePeriodSeconds="30s"),
+     "spec.template.spec.terminationGracePeriodSeconds in body must be of type integer"),
+    ("a label value that is no string", with_template(metadata={"labels": {"tier": 1}}),
+     "spec.template.metadata.labels.tier in body must be of type string"),
+    ("labels a list", with_template(metadata={"labels": ["tier=a"]}),
+     "spec.template.metadata.labels in body must be of type object"),
+    ("an annotation value that is no string", with_template(metadata={"annotations": {"sidecar": True}}),
+     "spec.template.metadata.annotations.sidecar in body must be of type string"),
+    ("tolerations a map", with_template(tolerations={"key": "gpu", "operator": "Exists"}),
+     "spec.template.spec.tolerations in body must be of type array"),
+    ("nodeSelector a string", with_template(nodeSelector="pool=gpu"),
+     "spec.template.spec.nodeSelector in body must be of type object"),
     ("no template", {"apiVersion": "ddpjob.dev/v1alpha1", "kind": "DDPJob", "metadata": {"name": "bad"},
                      "spec": {"replicas": 1}}, 'spec.template: Required value'),
 ]
@@ -174,6 +197,9 @@ def test_defaults_are_applied(kube, crds):
     ("any metrics port without the NetworkPolicy", with_metrics_port(8080, network_policy=False)),
     ("TorchFT with its defaults", with_spec(faultTolerance={"mode": "TorchFT"})),
     ("TorchFT with restarts in place", with_spec(faultTolerance={"mode": "TorchFT"}, runPolicy__restartStrategy="InPlace")),
+    ("template fields typed as a pod's", with_template(
+        metadata={"labels": {"tier": "1"}, "annotations": {"a": "true"}}, terminationGracePeriodSeconds=30,
+        tolerations=[{"key": "gpu", "operator": "Exists"}], nodeSelector={"pool": "gpu"})),
     ("resources as a pod takes them", with_resources(limits={"nvidia.com/gpu": 8, "memory": "64Gi", "cpu": "7500m"},
                                                      requests={"cpu": "0.5", "ephemeral-storage": "10G"})),
 ])

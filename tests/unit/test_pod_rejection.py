@@ -72,6 +72,34 @@ def test_a_stored_template_whose_quantity_does_not_parse_fails_the_job_and_creat
     assert [(e.type, e.reason) for e in plan.events] == [("Warning", "InvalidPodTemplate")]
 
 
+@pytest.mark.parametrize("name, template_change, message", [
+    ("grace period with a unit", lambda t: t["spec"].update(terminationGracePeriodSeconds="30s"),
+     "spec.template.spec.terminationGracePeriodSeconds: '30s' is not a whole number of seconds"),
+    ("labels not a map of strings", lambda t: t.setdefault("metadata", {}).update(labels={"tier": 1}),
+     "spec.template.metadata.labels[tier]: 1 is not a string"),
+    ("annotations a list", lambda t: t.setdefault("metadata", {}).update(annotations=["a"]),
+     "spec.template.metadata.annotations: ['a'] is not a map of names to strings"),
+    ("tolerations not a list", lambda t: t["spec"].update(tolerations={"key": "gpu"}),
+     "spec.template.spec.tolerations: {'key': 'gpu'} is not a list of tolerations"),
+])
+@pytest.mark.parametrize("phase", [None, "Pending", "Running"])
+def test_a_stored_template_of_the_wrong_types_fails_the_job_naming_the_field(name, template_change, message, phase):
+    """Each made every planner pass raise (retried forever, no status, no event) in a DDPJob stored before the CRD
+    typed them (issue 54, defect 11)."""
+    job = make_job("a").replicas(2).elastic(1, 2) if phase is None else pending_job()
+    if phase == "Running":
+        job.status(phase="Running", attempt=0, restarts=0, replicas=2, desiredReplicas=2, conditions=[])
+    template_change(job.obj["spec"]["template"])
+    pods = None if phase != "Running" else [make_pod("a", i).build() for i in range(2)]
+    plan = plan_with(job, None, pods)
+    assert plan.create_pods == [] and plan.status["phase"] == "Failed", name
+    failed = plan.status["conditions"][-1]
+    assert (failed["type"], failed["reason"]) == ("Failed", "InvalidPodTemplate")
+    assert failed["message"].startswith(message), failed["message"]
+    assert failed["message"].endswith("fix the template and apply the job again")
+    assert [(e.type, e.reason) for e in plan.events] == [("Warning", "InvalidPodTemplate")]
+
+
 @pytest.mark.parametrize("code", [403, 429, 500])
 def test_other_refusals_hold_the_pods_back_then_retry(code):
     job = pending_job()

@@ -26,6 +26,7 @@ from ..placement.capacity import (
     free_room,
     pod_requests,
     slim_allocatable,
+    template_problem,
     usable,
 )
 from ..placement.resize_policy import AUTOSCALER_PREFIX
@@ -171,7 +172,9 @@ def node_room(node: Mapping[str, Any]) -> NodeRoom:
 
 def worker_request(job_spec: Mapping[str, Any]) -> tuple[Requests, list[dict[str, Any]], dict[str, str]] | None:
     """What one worker pod of this job asks the scheduler for, the taints it tolerates and its nodeSelector. None
-    when a resource value of its template is no quantity (capacity.template_problem: the planner fails the job)."""
+    when its template is one the planner cannot read (capacity.template_problem: the planner fails the job)."""
+    if template_problem(job_spec.get("template")) is not None:
+        return None
     spec = parse_spec(dict(job_spec))
     pod_spec = (spec.template.get("spec") or {}) if spec.template else {}
     try:

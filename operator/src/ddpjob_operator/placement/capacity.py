@@ -43,13 +43,46 @@ def pod_requests(pod_spec: Mapping[str, Any]) -> Requests:
     return total
 
 
+FIX = "fix the template and apply the job again"
+
+
 def template_problem(template: Mapping[str, Any] | None) -> str | None:
-    """The first resource value of a job's pod template that is no Kubernetes quantity, named by its field; None when
-    every one parses. The CRD refuses such a value at `kubectl apply`, but a DDPJob stored before its rule can still
-    carry one: the planner fails that job, and the capacity estimate leaves it out instead of failing on it."""
-    pod_spec = (template or {}).get("spec") or {}
+    """The first field of a job's pod template the planner cannot read, named: a value of another type than
+    Kubernetes gives it where the operator reads or copies it (labels, annotations, terminationGracePeriodSeconds,
+    tolerations, nodeSelector), or a resource value that is no Kubernetes quantity; None when the template reads.
+    The CRD refuses each at `kubectl apply`, but a DDPJob stored before its rule can still carry one: the planner
+    fails that job (InvalidPodTemplate), and the capacity estimate leaves it out instead of failing on it."""
+    if template is None:
+        return None
+    if not isinstance(template, Mapping):
+        return f"spec.template: {template!r} is not an object (a pod template): {FIX}"
+    meta = template.get("metadata") or {}
+    if not isinstance(meta, Mapping):
+        return f"spec.template.metadata: {meta!r} is not an object: {FIX}"
+    for name in ("labels", "annotations"):
+        if (problem := _string_map_problem(f"spec.template.metadata.{name}", meta.get(name))) is not None:
+            return problem
+    pod_spec = template.get("spec") or {}
+    if not isinstance(pod_spec, Mapping):
+        return f"spec.template.spec: {pod_spec!r} is not an object (a pod spec): {FIX}"
+    grace = pod_spec.get("terminationGracePeriodSeconds")
+    if grace is not None and (isinstance(grace, bool) or not isinstance(grace, int) or grace < 0):
+        return (
+            f"spec.template.spec.terminationGracePeriodSeconds: {grace!r} is not a whole number of seconds "
+            f"(such as 30, not '30s'): {FIX}"
+        )
+    tolerations = pod_spec.get("tolerations")
+    if tolerations is not None and not (
+        isinstance(tolerations, list) and all(isinstance(t, Mapping) for t in tolerations)
+    ):
+        return f"spec.template.spec.tolerations: {tolerations!r} is not a list of tolerations (objects): {FIX}"
+    if (problem := _string_map_problem("spec.template.spec.nodeSelector", pod_spec.get("nodeSelector"))) is not None:
+        return problem
     for kind in ("initContainers", "containers"):
-        for i, container in enumerate(pod_spec.get(kind) or []):
+        containers = pod_spec.get(kind) or []
+        if not isinstance(containers, list) or not all(isinstance(c, Mapping) for c in containers):
+            return f"spec.template.spec.{kind}: {containers!r} is not a list of containers (objects): {FIX}"
+        for i, container in enumerate(containers):
             resources = container.get("resources") or {}
             for part in ("limits", "requests"):
                 for name, value in (resources.get(part) or {}).items():
@@ -58,8 +91,19 @@ def template_problem(template: Mapping[str, Any] | None) -> str | None:
                     except (TypeError, ValueError):
                         return (
                             f"spec.template.spec.{kind}[{i}].resources.{part}[{name}]: {value!r} is not a Kubernetes "
-                            "quantity (such as 2, 500m or 8Gi): fix the template and apply the job again"
+                            f"quantity (such as 2, 500m or 8Gi): {FIX}"
                         )
+    return None
+
+
+def _string_map_problem(field_path: str, value: Any) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, Mapping):
+        return f"{field_path}: {value!r} is not a map of names to strings: {FIX}"
+    for key, item in value.items():
+        if not isinstance(item, str):
+            return f"{field_path}[{key}]: {item!r} is not a string (quote it: '{item}'): {FIX}"
     return None
 
 
