@@ -1,14 +1,18 @@
 """Checkpoints in one directory shared by all ranks; rank 0 writes. A write is atomic (temp file, fsync, rename,
 fsync of the directory), so a reader sees a whole checkpoint or none; a file that still fails to load (a
 truncated copy, a disk error) is skipped with a warning in favour of the one before it. When none loads the run
-stops (CheckpointUnreadable) rather than start again at step 0."""
+stops (CheckpointUnreadable) rather than start again at step 0.
+
+Pruning keeps the `keep` newest checkpoints that load. One found unreadable is moved aside (`step-N.pt.unreadable`,
+named in a warning) rather than counted: a crashed save above the one a run resumed from would otherwise be the one
+kept, and the next start would find nothing to load."""
 
 from __future__ import annotations
 
 import errno
 import os
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import torch
@@ -43,11 +47,34 @@ def caused_by_full_disk(error: BaseException | None) -> bool:
     return False
 
 
+UNREADABLE_SUFFIX = ".unreadable"
+
+
+def set_aside(unreadable: Iterable[Path], warn: Callable[[str], None]) -> None:
+    """Rename each checkpoint found unreadable to `<name>.unreadable` (`.unreadable.1`, ... when taken), out of the
+    listing: pruning then counts only checkpoints that load, and the bytes stay for whoever wants to look."""
+    for path in sorted(unreadable):
+        if not path.exists():
+            continue
+        aside = path.with_name(path.name + UNREADABLE_SUFFIX)
+        n = 0
+        while aside.exists():
+            n += 1
+            aside = path.with_name(f"{path.name}{UNREADABLE_SUFFIX}.{n}")
+        try:
+            os.replace(path, aside)
+        except OSError as e:
+            warn(f"cannot move unreadable checkpoint {path.name} aside: {e}")
+            continue
+        warn(f"moved unreadable checkpoint {path.name} aside to {aside.name}: pruning keeps only checkpoints that load")
+
+
 class CheckpointStore:
     def __init__(self, directory: str | Path, keep: int = 3, warn: Callable[[str], None] = print):
         self.directory = Path(directory)
         self.keep = keep
         self.warn = warn
+        self.unreadable: set[Path] = set()  # found so by load(): set aside at the next prune, never counted
 
     def path_for(self, step: int) -> Path:
         return self.directory / f"step-{step:09d}.pt"
@@ -94,14 +121,18 @@ class CheckpointStore:
             state = torch.load(path, map_location="cpu", weights_only=True)
         except Exception as e:  # a truncated zip, a short read, bad pickle data: all mean "not usable"
             self.warn(f"skipping unreadable checkpoint {path.name}: {type(e).__name__}: {str(e)[:200]}")
+            self.unreadable.add(path)
             return None
         missing = [k for k in REQUIRED_KEYS if not isinstance(state, dict) or k not in state]
         if missing or state.get("format") != FORMAT:
             self.warn(f"skipping checkpoint {path.name}: not a {FORMAT} checkpoint (missing {missing})")
+            self.unreadable.add(path)
             return None
         return state
 
     def _prune(self) -> None:
+        set_aside(self.unreadable, self.warn)
+        self.unreadable.clear()
         for _, path in self.list_steps()[: -self.keep]:
             path.unlink(missing_ok=True)
         # Temp files of writers that were killed mid-write; ours was renamed or removed already.

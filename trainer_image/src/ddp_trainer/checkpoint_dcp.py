@@ -23,7 +23,9 @@ Guarantees kept from the `file` format:
   entries are another model's or optimizer's is not damaged but another run's: the run stops (CheckpointMismatch);
 - a full volume fails the job with exit code 28 and its cause (CheckpointDiskFull);
 - a resume at another world size loads the same state (each rank reads what it needs);
-- the newest `--checkpoint.keep` are kept.
+- the newest `--checkpoint.keep` that load are kept: one without metadata, or one a resume found unreadable, is
+  moved aside (`step-<n>.dcp.unreadable`, with a warning) rather than counted, so the checkpoint the run resumed
+  from (or a newer one) is always among those kept.
 
 The background writes use a process group of their own (gloo), so they never interleave with the training
 collectives of the default group."""
@@ -47,7 +49,7 @@ from torch.distributed.checkpoint import FileSystemReader
 from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.staging import DefaultStager, StagingOptions
 
-from .checkpoint import CheckpointDiskFull
+from .checkpoint import CheckpointDiskFull, set_aside
 from .fault_tolerance import BATCHES_COMMITTED_KEY
 
 NAME = re.compile(r"^step-(\d{9})\.dcp$")
@@ -133,6 +135,10 @@ class DcpStore:
         # Where torch's stager cannot be reused, DCP stages each save with one of its own (a copy into fresh host
         # memory each time); else this one's buffers are reused.
         self.stager = reused_host_stager() if asynchronous and stager_reusable() else None
+        self.unreadable: set[Path] = set()  # found so by a resume (mark_unreadable): set aside at the next prune
+
+    def mark_unreadable(self, path: Path) -> None:
+        self.unreadable.add(path)
 
     def loaded_everywhere(self, error: BaseException | None) -> bool:
         """Whether every rank loaded the checkpoint (`error`: this rank's). The vote is a CPU tensor on the store's
@@ -224,6 +230,12 @@ class DcpStore:
             os.fsync(fd)
         finally:
             os.close(fd)
+        # Only checkpoints that load count towards `keep`: a crashed save kept in place of the one resumed from would
+        # leave the next start nothing to load.
+        set_aside(
+            {p for _, p in self.list_steps() if p in self.unreadable or not (p / ".metadata").is_file()}, self.warn
+        )
+        self.unreadable.clear()
         for _, path in self.list_steps()[: -self.keep]:
             shutil.rmtree(path, ignore_errors=True)
         # What a replaced step or a writer killed mid-save left; the one save in flight was just put in place.

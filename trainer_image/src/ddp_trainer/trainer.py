@@ -238,12 +238,12 @@ class Trainer:
         rank could not read it (a collective: every rank takes the same turns)."""
         keys, error = store.read_keys(path)
         if not store.loaded_everywhere(error):
-            self._unreadable(path, error)
+            self._unreadable(store, path, error)
             return None
         meta: dict = {"meta": meta_request(keys)}
         error = store.load(path, meta)
         if not store.loaded_everywhere(error):
-            self._unreadable(path, error)
+            self._unreadable(store, path, error)
             return None
         check_resumable(str(path), meta["meta"], self.shape)
         model, optim = get_state_dict(self.ddp.module, self.base_optimizer)
@@ -254,14 +254,15 @@ class Trainer:
             request["rng"] = {mine: capture_rng()}
         error = store.load(path, request)
         if not store.loaded_everywhere(error):
-            self._unreadable(path, error)
+            self._unreadable(store, path, error)
             return None
         set_state_dict(self.ddp.module, self.base_optimizer, model_state_dict=model, optim_state_dict=optim)
         return meta["meta"], request.get("rng", {}).get(mine)
 
-    def _unreadable(self, path: Path, error: BaseException | None) -> None:
+    def _unreadable(self, store: DcpStore, path: Path, error: BaseException | None) -> None:
         why = f"{type(error).__name__}: {str(error)[:200]}" if error else "it failed on another rank"
         self._warn(f"skipping unreadable checkpoint {path.name}: {why}")
+        store.mark_unreadable(path)  # not counted by the pruning, which would keep it over the one resumed from
 
     def _resumed(self, state: dict, started: float) -> None:
         """What a loaded checkpoint sets beside the weights: the step, the data position, the schedule, the batch
