@@ -154,8 +154,11 @@ INVALID = [
      "spec.template.metadata.labels in body must be of type object"),
     ("an annotation value that is no string", with_template(metadata={"annotations": {"sidecar": True}}),
      "spec.template.metadata.annotations.sidecar in body must be of type string"),
-    ("tolerations a map", with_template(tolerations={"key": "gpu", "operator": "Exists"}),
+    ("tolerations a string", with_template(tolerations="nvidia.com/gpu"),
      "spec.template.spec.tolerations in body must be of type array"),
+    # One toleration where the list goes: kubectl's strict decoding answers first, naming its fields.
+    ("tolerations a map", with_template(tolerations={"key": "gpu", "operator": "Exists"}),
+     'unknown field "spec.template.spec.tolerations.key"'),
     ("nodeSelector a string", with_template(nodeSelector="pool=gpu"),
      "spec.template.spec.nodeSelector in body must be of type object"),
     ("no template", {"apiVersion": "ddpjob.dev/v1alpha1", "kind": "DDPJob", "metadata": {"name": "bad"},
@@ -248,7 +251,7 @@ def test_kubectl_explain_describes_the_spec(kube, crds):
 
 
 @pytest.mark.parametrize("example", ["gpu-2x8.yaml", "elastic-exitcode.yaml", "gpu-pvc.yaml", "digits.yaml",
-                                     "user-loop.yaml", "torchft.yaml"])
+                                     "user-loop.yaml", "torchft.yaml", "restricted.yaml"])
 def test_examples_are_accepted(kube, crds, example):
     path = Path(__file__).resolve().parents[2] / "examples" / example
     res = kube("apply", "--dry-run=server", "-f", str(path), check=False)

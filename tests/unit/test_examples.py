@@ -38,9 +38,9 @@ def checkpoint_dir(container: dict) -> str:
 
 def test_the_examples_are_there():
     assert {p.name for p in FILES} >= {"gpu-2x8.yaml", "gpu-pvc.yaml", "elastic-exitcode.yaml", "digits.yaml",
-                                       "user-loop.yaml", "torchft.yaml"}
+                                       "user-loop.yaml", "torchft.yaml", "restricted.yaml"}
     assert {p.name for p in gpu_examples()} == {"gpu-2x8.yaml", "gpu-pvc.yaml", "elastic-exitcode.yaml",
-                                                "torchft.yaml"}
+                                                "torchft.yaml", "restricted.yaml"}
 
 
 @pytest.mark.parametrize("path", FILES, ids=[p.name for p in FILES])
@@ -90,3 +90,14 @@ def test_hostpath_examples_say_they_are_local_mode_only_and_show_the_claim(path)
     text = path.read_text()
     assert "LOCAL MODE ONLY" in text and "local-mode only" in text, path.name
     assert "persistentVolumeClaim: {claimName:" in text and "fsGroup: 1000" in text, path.name
+
+
+def test_the_restricted_example_sets_what_pod_security_restricted_asks_of_its_workers():
+    """The API server's verdict on the rendered pods is in tests/integration/test_pod_security.py."""
+    pod = pod_of(EXAMPLES / "restricted.yaml")
+    security = pod["spec"]["securityContext"]
+    assert security["runAsNonRoot"] is True and security["seccompProfile"] == {"type": "RuntimeDefault"}
+    for container in pod["spec"]["containers"]:
+        assert container["securityContext"] == {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
+    allowed = {"emptyDir", "persistentVolumeClaim", "configMap", "secret", "projected", "downwardAPI", "ephemeral"}
+    assert all(set(v) - {"name"} <= allowed for v in pod["spec"]["volumes"]), pod["spec"]["volumes"]

@@ -15,6 +15,7 @@ the new one at their next quorum. It has no tracking finalizer: its end is no fa
 from __future__ import annotations
 
 import copy
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -26,7 +27,7 @@ from ..state.plan import Observed, Plan
 from ..state.spec import JobSpec, trainer_container
 from ..state.status import JobStatus
 from ..timefmt import parse_time
-from . import failures
+from . import failures, pod_rejection
 from .failures import Failure
 
 COMPONENT = "lighthouse"
@@ -37,7 +38,22 @@ DEGRADED = "Degraded"
 # `ddp-lighthouse` (ddp_trainer/lighthouse.py) loads the Lighthouse's Rust extension alone: 12 MB, started in 0.02 s
 # instead of 2.5 CPU-s. An image without it (a trainer of one's own with torchft) runs torchft's script, which the
 # limit still has to hold.
-LIGHTHOUSE_RESOURCES = {"requests": {"cpu": "100m", "memory": "768Mi"}, "limits": {"memory": "1Gi"}}
+# The CPU limit: one core starts torchft's script in about 2.5 s and is far more than the Lighthouse's own loop
+# needs; namespaces with a LimitRange or quota that wants limits take the pod as it is.
+# spec.faultTolerance.lighthouse.resources replaces them all (state/spec.py).
+LIGHTHOUSE_RESOURCES = {"requests": {"cpu": "100m", "memory": "768Mi"}, "limits": {"cpu": "1", "memory": "1Gi"}}
+# Pod Security `restricted` for the Lighthouse's container, whatever the namespace enforces: it needs no privilege,
+# no capability and no file of the image's user. runAsUser: the trainer's image may run as root (a user's own
+# image), and runAsNonRoot alone would then keep the container from starting; 65532 is the distroless `nonroot`.
+# Container-level settings win over the pod securityContext copied from the workers' template.
+LIGHTHOUSE_USER = 65532
+LIGHTHOUSE_SECURITY_CONTEXT = {
+    "allowPrivilegeEscalation": False,
+    "capabilities": {"drop": ["ALL"]},
+    "runAsNonRoot": True,
+    "runAsUser": LIGHTHOUSE_USER,
+    "seccompProfile": {"type": "RuntimeDefault"},
+}
 LIGHTHOUSE_COMMAND = [
     "/bin/sh",
     "-c",
@@ -119,7 +135,8 @@ def build_lighthouse_pod(
             {"name": "RUST_LOG", "value": spec.fault_tolerance.lighthouse_log_level},
         ],
         "ports": [{"name": PORT_NAME, "containerPort": spec.fault_tolerance.lighthouse_port, "protocol": "TCP"}],
-        "resources": copy.deepcopy(LIGHTHOUSE_RESOURCES),
+        "resources": copy.deepcopy(spec.fault_tolerance.lighthouse_resources or LIGHTHOUSE_RESOURCES),
+        "securityContext": copy.deepcopy(LIGHTHOUSE_SECURITY_CONTEXT),
         "terminationMessagePolicy": "FallbackToLogsOnError",
     }
     if "imagePullPolicy" in trainer:
@@ -252,6 +269,8 @@ def lighthouse_step(
         and bool(plan.create_pods or obs.pods)
     )
     decided = plan_lighthouse(wanted, obs.lighthouses, build, _lost(obs, grace_seconds))
+    if decided.create and _held_back(obs, status, plan):
+        decided = dataclasses.replace(decided, create=[])
     plan.create_pods[:0] = decided.create  # before the workers: their Managers ask it for a quorum first thing
     plan.delete_pods += [name for name in decided.delete if name not in plan.delete_pods]
     plan.force_delete_pods += [name for name in decided.force_delete if name not in plan.force_delete_pods]
@@ -276,6 +295,29 @@ def lighthouse_step(
                 f"the Lighthouse pod {pod['metadata']['name']} ended ({why}): made again; the replica groups ask the "
                 "new one for their quorum and train on",
             )
+
+
+def _held_back(obs: Observed, status: JobStatus, plan: Plan) -> bool:
+    """The API server refused the Lighthouse's creation (Pod Security, a quota, a webhook): as for a refused worker
+    (pod_rejection.py), PodsCreated=False with its words, a Warning event once per change, and the next try
+    RETRY_SECONDS after the refusal instead of at once, for ever. An invalid one (400, 422) has failed the job
+    already, in the planner's refusal step. True while the creation waits."""
+    refusal = pod_rejection.current_refusal(obs, status)
+    if refusal is None or refusal.pod != lighthouse_name(obs.job["metadata"]["name"]):
+        return False
+    # The workers' step marks PodsCreated True once every worker exists; the Lighthouse is one of the job's pods too:
+    # its refusal, as the last pass wrote it, stands (same transition time, no second event).
+    written = c.find_condition((obs.job.get("status") or {}).get("conditions") or [], pod_rejection.CREATED_CONDITION)
+    if written is not None and written.get("status") == "False":
+        status["conditions"] = [
+            copy.deepcopy(written) if x.get("type") == pod_rejection.CREATED_CONDITION else x
+            for x in status.get("conditions") or []
+        ]
+    wait = pod_rejection.plan_retry(obs, status, refusal, plan)
+    if wait > 0:
+        plan.requeue(wait)
+        return True
+    return False
 
 
 def rejoined(spec: JobSpec, status: JobStatus, scraped: dict[str, Any] | None, has_metrics: bool) -> bool:

@@ -71,6 +71,8 @@ class FaultTolerance:
     # it would otherwise share). None: the template's.
     lighthouse_node_selector: dict[str, str] | None = None
     lighthouse_tolerations: list[dict[str, Any]] | None = None
+    # The Lighthouse container's requests and limits; None: replica_groups.LIGHTHOUSE_RESOURCES.
+    lighthouse_resources: dict[str, Any] | None = None
 
     @property
     def torchft(self) -> bool:
@@ -181,5 +183,6 @@ def parse_spec(raw: dict[str, Any]) -> JobSpec:
             quorum_timeout_seconds=int(ft.get("quorumTimeoutSeconds", 900)),
             lighthouse_node_selector=lighthouse.get("nodeSelector"),
             lighthouse_tolerations=lighthouse.get("tolerations"),
+            lighthouse_resources=lighthouse.get("resources") or None,
         ),
     )
