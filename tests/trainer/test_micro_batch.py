@@ -55,3 +55,40 @@ def test_auto_on_cpu_runs_the_rank_share_and_says_so():
     sized = SIZED.search(done.stdout)
     assert sized and (sized["rank_batch"], sized["micro_batch"], sized["accum"], sized["auto"]) == (
         "24", "12", "2", "share"), done.stdout[-2000:]
+
+
+@pytest.mark.parametrize("fmt", ["file", "dcp"])
+def test_a_resume_on_the_same_device_keeps_the_answer_in_both_formats(tmp_path, monkeypatch, fmt):
+    """The answer and the device it was found on go into every checkpoint; the dcp format saved them and never read
+    them back (META_KEYS lacked micro_batch_auto), so a restart on the same GPU probed again. The device is faked:
+    on CPU there is no answer to keep."""
+    import torch.distributed as dist
+
+    from ddp_trainer import trainer as trainer_module
+    from ddp_trainer.config import parse_config
+    from ddp_trainer.distributed_env import DistEnv
+    from ddp_trainer.progress_log import SIZED, Identity
+    from ddp_trainer.trainer import Trainer
+
+    here = {"device": "NVIDIA Fake GPU", "memory": 16 << 30}
+    monkeypatch.setattr(trainer_module, "device_key_here", lambda device: here)
+    cfg = parse_config(["--workload", "digits", "--train.steps", "2", "--train.micro-batch-size", "auto",
+                        "--metrics.port", "0", "--checkpoint.dir", str(tmp_path / "ck"), "--checkpoint.format", fmt],
+                       {})
+    one = DistEnv(rank=0, world_size=1, local_rank=0, local_world_size=1, restart_count=0)
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'pg'}", rank=0, world_size=1)
+    try:
+        first = Trainer(cfg, one, torch.device("cpu"), Identity("auto", "0", 0))
+        first.train(finish=False)
+        first.micro_batch_found = {**here, "limit": 8}  # what a probe on that GPU found
+        first.save_checkpoint()
+        first.wait_for_checkpoint()
+
+        resumed = Trainer(cfg, one, torch.device("cpu"), Identity("auto", "0", 0))
+        assert resumed.resume() and resumed.step == 2
+        resumed.settle_micro_batch()  # kept: no probe
+    finally:
+        dist.destroy_process_group()
+    sized = SIZED.search(resumed.sized_line())
+    assert sized and sized["auto"] == "kept", resumed.sized_line()
+    assert resumed.plan.micro_batch_limit == 8 and resumed.micro_batch_found == {**here, "limit": 8}

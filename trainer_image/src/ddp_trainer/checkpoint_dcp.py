@@ -297,6 +297,7 @@ META_KEYS = (
     "world_size",
     "global_batch",
     "micro_batch_limit",
+    "micro_batch_auto",  # --train.micro-batch-size auto: the limit found and the device it holds on
     "workload",
     "shape",
     "scheduler",

@@ -57,6 +57,11 @@ def device_key(device: torch.device) -> dict:
     return {"device": props.name, "memory": int(props.total_memory)}
 
 
+def device_key_here(device: torch.device) -> dict | None:
+    """device_key on CUDA; None on CPU, where there is no device memory and so no answer to keep."""
+    return device_key(device) if device.type == "cuda" else None
+
+
 def probe_cuda(run_at: Callable[[int], None], device: torch.device, reserve_bytes: int, upper: int) -> int:
     """The largest micro-batch whose forward and backward (`run_at(m)`) fit beside `reserve_bytes`."""
     budget = torch.cuda.get_device_properties(device).total_memory * HEADROOM - reserve_bytes

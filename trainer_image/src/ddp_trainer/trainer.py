@@ -36,7 +36,7 @@ from .distributed_env import DistEnv
 from .final_step import write_final_step
 from .lr_schedule import LearningRateSchedule, peak_lr_for_batch, reference_batch, scaling_rule
 from .metrics import TrainerMetrics, metrics_address, serve
-from .micro_batch import AUTO, device_key, optimizer_state_bytes, probe_cuda
+from .micro_batch import AUTO, device_key, device_key_here, optimizer_state_bytes, probe_cuda
 from .phase_timer import PhaseTimer
 from .preemption import PreemptionFlag, StepVote
 from .progress_log import Identity, done_line, emit, progress_line, resumed_line, sized_line, warn
@@ -292,9 +292,10 @@ class Trainer:
     def _keeps_micro_batch(self, found: dict | None) -> bool:
         """--train.micro-batch-size auto: a checkpoint's answer holds on the device it was found on (its name and
         memory); on another the probe runs again."""
-        if self.cfg.train.micro_batch_size != AUTO or not found or self.device.type != "cuda":
+        here = device_key_here(self.device)
+        if self.cfg.train.micro_batch_size != AUTO or not found or here is None:
             return False
-        return {k: found.get(k) for k in ("device", "memory")} == device_key(self.device)
+        return {k: found.get(k) for k in ("device", "memory")} == here
 
     def settle_micro_batch(self) -> None:
         """--train.micro-batch-size auto, after resume (a checkpoint from the same device keeps its answer): on CUDA
