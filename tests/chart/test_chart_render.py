@@ -181,3 +181,29 @@ def test_monitoring_objects_select_the_operator_and_trainer_pods():
     cm = one(docs, "ConfigMap")
     assert cm["metadata"]["labels"]["grafana_dashboard"] == "1"
     assert json.loads(cm["data"]["ddpjob.json"])["uid"] == "ddpjob-overview"
+
+
+def worker_policy_ports_from_the_operator(docs: list[dict]) -> set[int]:
+    """Every port the chart's worker NetworkPolicy admits from the operator's pods."""
+    policy = next(d for d in find(docs, "NetworkPolicy") if d["metadata"]["name"].endswith("-workers"))
+    ports: set[int] = set()
+    for rule in policy["spec"]["ingress"]:
+        froms_operator = any(
+            (peer.get("podSelector") or {}).get("matchLabels", {}).get("app.kubernetes.io/component") == "operator"
+            for peer in rule.get("from") or [])
+        for port in rule.get("ports") or []:
+            if froms_operator:
+                ports |= set(range(port["port"], port.get("endPort", port["port"]) + 1))
+    return ports
+
+
+def test_the_worker_policy_admits_the_operator_on_every_port_it_reads():
+    """The ports come from the operator's own constants, as its per-job policy (builders.build_network_policy) opens
+    them: every trainer process's metrics port, and the InPlace agent's restart count, without which counting fell
+    back to worker 0 alone (issue 54, defect 7)."""
+    from ddpjob_operator import api
+    from ddpjob_operator.workers.builders import TRAINER_METRICS_PORTS
+
+    want = {*range(TRAINER_METRICS_PORTS[0], TRAINER_METRICS_PORTS[1] + 1), api.AGENT_METRICS_PORT}
+    ports = worker_policy_ports_from_the_operator(render({"networkPolicy.enabled": "true"}))
+    assert want - ports == set(), f"blocked: {sorted(want - ports)}"
