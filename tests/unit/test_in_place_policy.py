@@ -314,7 +314,9 @@ def test_the_replacement_running_opens_the_join_window():
 
 
 @pytest.mark.parametrize("strategy, last_call, want", [
-    ("InPlace", None, "last_call_timeout=2,keep_alive_interval=2,keep_alive_max_attempt=3"),
+    # The first formation's last call: torchrun's 30 s; the re-forms after a loss wait 2 s (issue 54, defect 9:
+    # tests/unit/test_rendezvous_last_call.py).
+    ("InPlace", None, "last_call_timeout=30,keep_alive_interval=2,keep_alive_max_attempt=3"),
     ("InPlace", 20, "last_call_timeout=20,keep_alive_interval=2,keep_alive_max_attempt=3"),  # the user's word
     ("Recreate", None, "last_call_timeout=30"),
     ("Recreate", 7, "last_call_timeout=7"),

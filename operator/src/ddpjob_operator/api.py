@@ -26,6 +26,9 @@ METRICS_PORT_NAME = "metrics"
 AGENT_METRICS_PORT = 9399
 AGENT_METRICS_PORT_ENV = "DDPJOB_AGENT_METRICS_PORT"
 AGENT_RESTARTS_SERIES = "ddpjob_agent_restarts"
+# restartStrategy InPlace: the rendezvous last call of every round after the agent's first (a re-form after a loss,
+# its pods all running); the first waits PET_RDZV_CONF's (rendezvous.py). Read by ddp_trainer.torchrun.
+RDZV_LAST_CALL_AFTER_LOSS_ENV = "DDPJOB_RDZV_LAST_CALL_AFTER_LOSS_SECONDS"
 TERMINATION_LOG = "/dev/termination-log"
 # A memory-backed emptyDir over the container's 64 MiB /dev/shm: NCCL's shared-memory transport between the ranks
 # of one pod, and DataLoader workers handing batches to their rank, both live there.

@@ -38,6 +38,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator, Mapping
+from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -79,6 +80,9 @@ def main(argv: list[str] | None = None) -> None:
     if chosen.tee == "0" and chosen.redirects == "0":
         args = ["--tee=2", *args]
     log_dir = Path(chosen.log_dir or own_log_dir or "")
+    after_loss = last_call_after_loss(os.environ)
+    if after_loss is not None:
+        shorten_last_call_after_first_round(timedelta(seconds=after_loss))
     agent_endpoint = serve_agent_restarts(log_dir, os.environ)
     warm = warm_worker_args(args)
     if warm is not None:
@@ -99,6 +103,47 @@ def main(argv: list[str] | None = None) -> None:
             agent_endpoint.server_close()
         if own_log_dir:
             shutil.rmtree(own_log_dir, ignore_errors=True)
+
+
+# The operator's api.RDZV_LAST_CALL_AFTER_LOSS_ENV (tests/trainer/test_torchrun_last_call.py).
+LAST_CALL_AFTER_LOSS_ENV = "DDPJOB_RDZV_LAST_CALL_AFTER_LOSS_SECONDS"
+
+
+def last_call_after_loss(environ: Mapping[str, str]) -> float | None:
+    """The rendezvous last call for every round after the agent's first, in seconds, when the operator sets one
+    (restartStrategy InPlace); None leaves torchrun's one last call (PET_RDZV_CONF's) for every round."""
+    try:
+        seconds = float(environ.get(LAST_CALL_AFTER_LOSS_ENV, ""))
+    except ValueError:
+        return None
+    return seconds if seconds > 0 else None
+
+
+def shorten_last_call_after_first_round(last_call: timedelta, handler_class: Any = None) -> Any:
+    """Make every c10d rendezvous handler wait `last_call` in the rounds after its first. The first round is the
+    group's formation while its pods still start: it keeps PET_RDZV_CONF's long last call, so that a late pod is
+    waited for rather than joining later as a membership change that restarts the whole group. A later round is a
+    re-form after a loss, every survivor already running: a long wait is only stall. torchrun reads one last call
+    for every round; its handler keeps it in its settings' RendezvousTimeout, which this sets after the first
+    round. Returns a function that undoes it (`.original`: the method it wrapped)."""
+    if handler_class is None:
+        from torch.distributed.elastic.rendezvous.dynamic_rendezvous import DynamicRendezvousHandler
+
+        handler_class = DynamicRendezvousHandler
+    original = handler_class.next_rendezvous
+
+    def next_rendezvous(self: Any) -> Any:
+        info = original(self)
+        self._settings.timeout._set_timeouts(last_call=last_call)
+        return info
+
+    handler_class.next_rendezvous = next_rendezvous
+
+    def restore() -> None:
+        handler_class.next_rendezvous = original
+
+    restore.original = original  # type: ignore[attr-defined]
+    return restore
 
 
 AGENT_PORT_ENV = "DDPJOB_AGENT_METRICS_PORT"  # the operator's api.AGENT_METRICS_PORT_ENV (tests/unit/test_contract.py)

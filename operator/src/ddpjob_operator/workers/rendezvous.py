@@ -95,16 +95,29 @@ def nnodes(spec: JobSpec, size: int | None = None) -> str:
 # torch, is the busiest moment for the agents and the one the bench does not measure.
 IN_PLACE_KEEP_ALIVE = (2, 3)  # keep_alive_interval seconds, keep_alive_max_attempt: dead after 6 s
 LAST_CALL_SECONDS = 30  # torchrun's own default: the wait for late pods once minReplicas have joined...
-IN_PLACE_LAST_CALL_SECONDS = 2  # ...and InPlace's, whose pods are all running when its group re-forms
+IN_PLACE_LAST_CALL_SECONDS = 2  # ...and InPlace's after a loss, whose pods are all running when its group re-forms
 
 
 def last_call_seconds(spec: JobSpec) -> int:
-    """rendezvous.lastCallTimeoutSeconds when set, else by restart strategy: under InPlace every pod of the group
-    is already running when it re-forms (a replacement joins later, as a membership change), so waiting 30 s for
-    one that is not coming is only stall."""
+    """The last call of an attempt's first formation (PET_RDZV_CONF): rendezvous.lastCallTimeoutSeconds when set,
+    else torchrun's 30 s, whatever the restart strategy. The pods are still starting then (pulling, importing torch)
+    and an elastic group that formed without a late one would let its join restart the group, charged to the
+    trainer; a group whose pods all joined forms at once and waits nothing."""
     if spec.rendezvous.last_call_timeout_seconds is not None:
         return spec.rendezvous.last_call_timeout_seconds
-    return IN_PLACE_LAST_CALL_SECONDS if spec.run_policy.restart_strategy == IN_PLACE else LAST_CALL_SECONDS
+    return LAST_CALL_SECONDS
+
+
+def last_call_after_loss_seconds(spec: JobSpec) -> int | None:
+    """InPlace: the last call of every later round of an agent (a re-form after a loss, every survivor running, a
+    replacement joining later as a membership change), so waiting for one that is not coming is only stall:
+    IN_PLACE_LAST_CALL_SECONDS, or the user's lastCallTimeoutSeconds when shorter. torchrun reads one last call for
+    all rounds; the image's wrapper (ddp_trainer.torchrun) switches to this one after the first round. An image
+    without the wrapper waits the first formation's every time: slower re-forms, never a split first formation.
+    None under Recreate, whose every formation is an attempt's first."""
+    if spec.run_policy.restart_strategy != IN_PLACE:
+        return None
+    return min(IN_PLACE_LAST_CALL_SECONDS, last_call_seconds(spec))
 
 
 def max_restarts(spec: JobSpec, restarts: int) -> int:
@@ -169,6 +182,9 @@ def rendezvous_env(
         "MASTER_PORT": str(port),
         **_job_env(job, namespace, spec, index, attempt, restarts),
     }
+    after_loss = last_call_after_loss_seconds(spec)
+    if after_loss is not None:
+        plain[api.RDZV_LAST_CALL_AFTER_LOSS_ENV] = str(after_loss)
     if spec.run_policy.restart_strategy == IN_PLACE:
         plain[api.AGENT_METRICS_PORT_ENV] = str(api.AGENT_METRICS_PORT)  # in_place.py reads every pod's agent
     return _with_pod_ip(plain)
