@@ -17,6 +17,8 @@ from pathlib import Path
 
 import torch
 
+from .storage_retry import describe, retried
+
 FORMAT = "ddp_trainer/1"
 NAME = re.compile(r"^step-(\d{9})\.pt$")
 REQUIRED_KEYS = ("format", "step", "samples", "world_size", "model", "optimizer")
@@ -118,9 +120,9 @@ class CheckpointStore:
     def load(self, path: Path) -> dict | None:
         try:
             # weights_only: a checkpoint directory is shared storage, so never unpickle arbitrary objects from it
-            state = torch.load(path, map_location="cpu", weights_only=True)
-        except Exception as e:  # a truncated zip, a short read, bad pickle data: all mean "not usable"
-            self.warn(f"skipping unreadable checkpoint {path.name}: {type(e).__name__}: {str(e)[:200]}")
+            state = retried(lambda: torch.load(path, map_location="cpu", weights_only=True), path.name, self.warn)
+        except Exception as e:  # a truncated zip, bad pickle data, an I/O error that lasted: all mean "not usable"
+            self.warn(f"skipping unreadable checkpoint {path.name}: {describe(e)}")
             self.unreadable.add(path)
             return None
         missing = [k for k in REQUIRED_KEYS if not isinstance(state, dict) or k not in state]

@@ -37,7 +37,7 @@ import functools
 import os
 import re
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, cast
 
@@ -47,10 +47,12 @@ import torch.distributed.checkpoint as dcp
 from torch.distributed import ProcessGroup
 from torch.distributed.checkpoint import FileSystemReader
 from torch.distributed.checkpoint.api import CheckpointException
+from torch.distributed.checkpoint.metadata import TensorStorageMetadata
 from torch.distributed.checkpoint.staging import DefaultStager, StagingOptions
 
 from .checkpoint import CheckpointDiskFull, set_aside
 from .fault_tolerance import BATCHES_COMMITTED_KEY
+from .storage_retry import retried
 
 NAME = re.compile(r"^step-(\d{9})\.dcp$")
 
@@ -242,24 +244,30 @@ class DcpStore:
         for stale in [*self.directory.glob(".step-*.dcp.old"), *self.directory.glob(".step-*.dcp.tmp")]:
             shutil.rmtree(stale, ignore_errors=True)
 
-    def read_keys(self, path: Path) -> tuple[set[str], BaseException | None]:
-        """The flattened keys a checkpoint holds ("model.0.weight", "rng.1.torch", "meta.step", ...); the error
-        instead when its metadata cannot be read (missing, cut short)."""
+    def read_entries(self, path: Path) -> tuple[dict[str, tuple[int, ...] | None], BaseException | None]:
+        """The flattened keys a checkpoint holds ("model.0.weight", "rng.1.torch", "meta.step", ...), each with its
+        tensor's shape (None: not a tensor); the error instead when its metadata cannot be read (missing, cut short).
+        A transient storage error is tried again first (storage_retry.py)."""
         try:
-            return set(FileSystemReader(str(path)).read_metadata().state_dict_metadata), None
+            metadata = retried(lambda: FileSystemReader(str(path)).read_metadata(), path.name, self.warn)
         except Exception as e:
-            return set(), e
+            return {}, e
+        return {
+            key: tuple(entry.size) if isinstance(entry, TensorStorageMetadata) else None
+            for key, entry in metadata.state_dict_metadata.items()
+        }, None
 
     def load(self, path: Path, request: dict[str, Any]) -> BaseException | None:
-        """Fill `request` (a collective); the error on this rank, if its part failed to load."""
+        """Fill `request` (a collective); the error on this rank, if its part failed to load. A transient storage
+        error is tried again first, on every rank alike: each sees every rank's failure in DCP's exception."""
         try:
-            dcp.load(request, checkpoint_id=str(path), process_group=self.group)
+            retried(lambda: dcp.load(request, checkpoint_id=str(path), process_group=self.group), path.name, self.warn)
         except (Exception, CheckpointException) as e:  # a missing or truncated shard, a bad metadata file
             return e
         return None
 
 
-def meta_request(keys: set[str]) -> dict[str, Any]:
+def meta_request(keys: Iterable[str]) -> dict[str, Any]:
     """The run's figures a checkpoint holds (META_KEYS), as placeholders for dcp.load to fill, nested as they were
     saved: "meta.scheduler.peak_lr" is request["scheduler"]["peak_lr"]. (Asking for "meta.scheduler" alone finds
     no such key: DCP keeps the flattened ones, and the schedule and shape were not read back.)"""
@@ -275,7 +283,7 @@ def meta_request(keys: set[str]) -> dict[str, Any]:
     return request
 
 
-def model_and_optimizer_keys(keys: set[str]) -> set[str]:
+def model_and_optimizer_keys(keys: Iterable[str]) -> set[str]:
     """Of a checkpoint's keys, those resume_checks.state_keys names (the optimizer's state, not its param_groups)."""
     return {k for k in keys if k.startswith(("model.", "optim.state."))}
 

@@ -2,13 +2,16 @@
 rule would otherwise load (or half-load) and train on quietly: its data position is an offset into another
 permutation, and its step count means other samples. Refusing names each difference and how to go on.
 
-The same holds for its entries: a checkpoint whose model or optimizer entries are not this run's (another
---train.optimizer, a changed model) is another run's, not a damaged one. Taking it for damaged skipped it, then every
-older one, and the run began again at step 0."""
+The same holds for its entries and their shapes: a checkpoint whose model or optimizer entries are not this run's
+(another --train.optimizer, a changed model, another width) is another run's, not a damaged one. Taking it for
+damaged skipped it, then every older one, and the run began again at step 0 (or, in the dcp format, stopped with 66,
+"unreadable", naming no cause)."""
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+
+import torch
 
 
 class CheckpointMismatch(ValueError):
@@ -90,6 +93,32 @@ def check_keys(checkpoint: str, stored: set[str], wanted: set[str]) -> None:
         f"refusing to resume from {checkpoint}: its entries do not fit this run's model and optimizer: "
         f"{'; '.join(found)}. Was --train.optimizer or the model changed? Run with the checkpoint's settings, or "
         "start afresh with another --checkpoint.dir"
+    )
+
+
+def state_shapes(model: dict, optimizer: dict | None) -> dict[str, tuple[int, ...]]:
+    """The shape of each tensor state_keys names."""
+    shapes = {f"model.{name}": tuple(t.shape) for name, t in model.items() if isinstance(t, torch.Tensor)}
+    for param, entries in ((optimizer or {}).get("state") or {}).items():
+        for entry, t in entries.items():
+            if isinstance(t, torch.Tensor):
+                shapes[f"optim.state.{param}.{entry}"] = tuple(t.shape)
+    return shapes
+
+
+def check_shapes(checkpoint: str, stored: dict[str, tuple[int, ...]], wanted: dict[str, tuple[int, ...]]) -> None:
+    """Refuse a checkpoint whose entries are this run's but their tensors' shapes are not (another width, sequence
+    length or vocabulary): another run's model, not a damaged checkpoint. Loading it failed, it was skipped as
+    unreadable, and the run stopped with 66 naming no cause."""
+    other = sorted(k for k in stored.keys() & wanted.keys() if tuple(stored[k]) != tuple(wanted[k]))
+    if not other:
+        return
+    shown = [f"{k} {list(stored[k])} there, {list(wanted[k])} here" for k in other[:SHOWN_KEYS]]
+    more = f" and {len(other) - SHOWN_KEYS} more" if len(other) > SHOWN_KEYS else ""
+    raise CheckpointMismatch(
+        f"refusing to resume from {checkpoint}: its tensors have other shapes than this run's model and optimizer: "
+        f"{'; '.join(shown)}{more}. Was the model changed (--model.width, --model.seq-len, --model.vocab-size, "
+        "--model.preset)? Run with the checkpoint's settings, or start afresh with another --checkpoint.dir"
     )
 
 
