@@ -40,8 +40,9 @@ from .micro_batch import AUTO, device_key, device_key_here, optimizer_state_byte
 from .phase_timer import PhaseTimer
 from .preemption import PreemptionFlag, StepVote
 from .progress_log import Identity, done_line, emit, progress_line, resumed_line, sized_line, warn
-from .resume_checks import RunShape, check_keys, check_resumable, state_keys
+from .resume_checks import RunShape, check_keys, check_resumable, check_shapes, state_keys, state_shapes
 from .rng_state import capture_rng, rank_seed, restore_rng, seed_everything
+from .storage_retry import describe
 from .workloads import Workload, build_workload
 
 if TYPE_CHECKING:  # torchft is imported only in its mode; replica_groups imports nothing of this module
@@ -201,6 +202,11 @@ class Trainer:
             state_keys(state["model"], state["optimizer"]),
             state_keys(self.ddp.module.state_dict(), optimizer),
         )
+        check_shapes(
+            box[0],
+            state_shapes(state["model"], state["optimizer"]),
+            state_shapes(self.ddp.module.state_dict(), optimizer),
+        )
         self.ddp.module.load_state_dict(state["model"])
         self.base_optimizer.load_state_dict(state["optimizer"])
         self._resumed(state, started)
@@ -236,7 +242,7 @@ class Trainer:
         """Load one checkpoint on every rank: its run figures (checked first), then weights and optimizer state
         (their entries checked against this run's), then this rank's RNG stream if it has one; None when some
         rank could not read it (a collective: every rank takes the same turns)."""
-        keys, error = store.read_keys(path)
+        keys, error = store.read_entries(path)
         if not store.loaded_everywhere(error):
             self._unreadable(store, path, error)
             return None
@@ -248,6 +254,9 @@ class Trainer:
         check_resumable(str(path), meta["meta"], self.shape)
         model, optim = get_state_dict(self.ddp.module, self.base_optimizer)
         check_keys(str(path), model_and_optimizer_keys(keys), state_keys(model, optim))
+        ours = model_and_optimizer_keys(keys)
+        stored = {k: shape for k, shape in keys.items() if k in ours and shape is not None}
+        check_shapes(str(path), stored, state_shapes(model, optim))
         mine = str(self.data_rank)
         request: dict = {"model": model, "optim": optim}
         if any(k.startswith(f"rng.{mine}.") for k in keys):
@@ -260,7 +269,7 @@ class Trainer:
         return meta["meta"], request.get("rng", {}).get(mine)
 
     def _unreadable(self, store: DcpStore, path: Path, error: BaseException | None) -> None:
-        why = f"{type(error).__name__}: {str(error)[:200]}" if error else "it failed on another rank"
+        why = describe(error) if error else "it failed on another rank"
         self._warn(f"skipping unreadable checkpoint {path.name}: {why}")
         store.mark_unreadable(path)  # not counted by the pruning, which would keep it over the one resumed from
 
