@@ -153,3 +153,25 @@ def test_compile_is_on_by_default_on_cuda_only(mode, device, replica_groups, wan
     on, why = use_compile(mode, device, replica_groups)
     assert on is want
     assert why == (COMPILE_OFF_UNDER_TORCHFT if says_why else None)
+
+
+@pytest.mark.parametrize("name, major, minor, want", [
+    ("Tesla T4", 7, 5, "fp16"),  # bf16 only emulated (torch's default check says yes): fp16 + GradScaler
+    ("Tesla V100-SXM2-16GB", 7, 0, "fp16"),
+    ("NVIDIA A100-SXM4-80GB", 8, 0, "bf16"),
+    ("NVIDIA H100 80GB HBM3", 9, 0, "bf16"),
+])
+def test_auto_precision_takes_bf16_only_where_the_gpu_has_it_not_emulated(monkeypatch, name, major, minor, want):
+    """torch.cuda.is_bf16_supported() says yes on a T4 by default: it counts emulation, which is slow. No GPU here:
+    the device's properties are faked, and emulation "works", as on a T4."""
+    from types import SimpleNamespace
+
+    from ddp_trainer.device_options import bf16_supported, precision
+
+    props = SimpleNamespace(name=name, major=major, minor=minor, total_memory=16 << 30)
+    monkeypatch.setattr(torch.version, "hip", None)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device=None: props)
+    monkeypatch.setattr(torch.cuda, "_check_bf16_tensor_supported", lambda device: True, raising=False)
+    assert precision("auto", GPU, bf16_supported(GPU)) == want

@@ -112,7 +112,10 @@ def apply_tf32(on: bool, device: torch.device) -> bool:
 
 
 def bf16_supported(device: torch.device) -> bool:
-    return device.type == "cuda" and torch.cuda.is_bf16_supported()
+    """Native bf16 only (compute capability 8.0 and later). torch's default check also counts emulation: a T4 (7.5)
+    passed it, and auto ran it in slow emulated bf16 instead of fp16 with a GradScaler."""
+    # torch asks of the current device: distributed_env sets it to the rank's before anything is built.
+    return device.type == "cuda" and torch.cuda.is_bf16_supported(including_emulation=False)
 
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
