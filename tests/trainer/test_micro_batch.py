@@ -92,3 +92,41 @@ def test_a_resume_on_the_same_device_keeps_the_answer_in_both_formats(tmp_path, 
     sized = SIZED.search(resumed.sized_line())
     assert sized and sized["auto"] == "kept", resumed.sized_line()
     assert resumed.plan.micro_batch_limit == 8 and resumed.micro_batch_found == {**here, "limit": 8}
+
+
+def test_the_probe_issues_no_collective_under_sync_batchnorm(tmp_path, monkeypatch):
+    """Each rank probes sizes of its own, so a collective in the probe (SyncBatchNorm's all_gather of batch
+    statistics) pairs with another rank's at another size, or with none: a hang. The probe runs SyncBatchNorm as
+    plain BatchNorm on this rank's samples, and the model trains synchronised afterwards. (On CPU, SyncBatchNorm's
+    synchronised path refuses a CPU tensor; every collective is made to raise as well.)"""
+    from types import SimpleNamespace
+
+    import torch.distributed as dist
+
+    from ddp_trainer.config import parse_config
+    from ddp_trainer.distributed_env import DistEnv
+    from ddp_trainer.progress_log import Identity
+    from ddp_trainer.trainer import Trainer
+
+    cfg = parse_config(["--workload", "digits", "--train.steps", "1", "--metrics.port", "0"], {})
+    one = DistEnv(rank=0, world_size=1, local_rank=0, local_world_size=1, restart_count=0)
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'pg'}", rank=0, world_size=1)
+    try:
+        trainer = Trainer(cfg, one, torch.device("cpu"), Identity("probe", "0", 0))
+        synced = torch.nn.SyncBatchNorm.convert_sync_batchnorm(trainer.ddp.module)  # as wrap_model does on CUDA
+        trainer.ddp = SimpleNamespace(module=synced)
+        before = {name: b.clone() for name, b in synced.named_buffers()}
+
+        def collective(*args, **kwargs):
+            raise AssertionError("the probe issued a collective")
+
+        for name in ("all_reduce", "all_gather", "all_gather_into_tensor", "broadcast", "reduce_scatter_tensor"):
+            monkeypatch.setattr(dist, name, collective)
+        run_at = trainer._probe_step()
+        for m in (2, 4, 16):  # (BatchNorm refuses one sample in training, synced or not)
+            run_at(m)
+    finally:
+        dist.destroy_process_group()
+    assert any(isinstance(m, torch.nn.SyncBatchNorm) for m in synced.modules()), "still synchronised for training"
+    assert all(torch.equal(b, before[name]) for name, b in synced.named_buffers())
+    assert all(p.grad is None for p in synced.parameters())

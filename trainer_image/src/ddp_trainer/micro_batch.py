@@ -13,12 +13,32 @@ on another device probes again. On CPU there is no device memory to fill: auto r
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+import types
+from collections.abc import Callable, Iterator
 
 import torch
+from torch import nn
+from torch.nn.modules.batchnorm import _BatchNorm
 
 AUTO = -1  # --train.micro-batch-size auto, as config.MicroBatchSize holds it
 HEADROOM = 0.90
+
+
+@contextlib.contextmanager
+def unsynced_batchnorm(module: nn.Module) -> Iterator[None]:
+    """SyncBatchNorm layers run as plain BatchNorm (the same parameters and buffers, this rank's batch statistics)
+    for the probe: each rank probes sizes of its own, so SyncBatchNorm's all_gather of statistics would pair with
+    another rank's at another size, or with none, and hang. The probe then issues no collective; no copy of the
+    model is made, so its memory is what training will use."""
+    synced = [m for m in module.modules() if isinstance(m, nn.SyncBatchNorm)]
+    for m in synced:
+        m.forward = types.MethodType(_BatchNorm.forward, m)  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        for m in synced:
+            del m.forward
 
 
 def largest_fitting(upper: int, fits: Callable[[int], bool]) -> int:

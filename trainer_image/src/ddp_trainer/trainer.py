@@ -36,7 +36,7 @@ from .distributed_env import DistEnv
 from .final_step import write_final_step
 from .lr_schedule import LearningRateSchedule, peak_lr_for_batch, reference_batch, scaling_rule
 from .metrics import TrainerMetrics, metrics_address, serve
-from .micro_batch import AUTO, device_key, device_key_here, optimizer_state_bytes, probe_cuda
+from .micro_batch import AUTO, device_key, device_key_here, optimizer_state_bytes, probe_cuda, unsynced_batchnorm
 from .phase_timer import PhaseTimer
 from .preemption import PreemptionFlag, StepVote
 from .progress_log import Identity, done_line, emit, progress_line, resumed_line, sized_line, warn
@@ -328,9 +328,10 @@ class Trainer:
         self.micro_batch_found = {**device_key(self.device), "limit": agreed}
 
     def _probe_step(self):
-        """A forward and backward of the bare module (no DDP: no collective) on the first m samples of this rank's
-        first batch. Nothing of it stays: gradients are dropped, BatchNorm's running statistics and the RNG streams
-        (dropout) are put back, so the run trains as it would have without the probe."""
+        """A forward and backward of the bare module (no DDP, SyncBatchNorm run unsynced: no collective, which ranks
+        probing sizes of their own would pair wrongly) on the first m samples of this rank's first batch. Nothing of
+        it stays: gradients are dropped, BatchNorm's running statistics and the RNG streams (dropout) are put back, so
+        the run trains as it would have without the probe."""
         module = self.ddp.module
         inputs, targets = self._next_batch(iter(self.data_loader()))
         buffers = {name: b.detach().clone() for name, b in module.named_buffers()}
@@ -338,7 +339,7 @@ class Trainer:
 
         def run_at(m: int) -> None:
             try:
-                with autocast_context(self.device, self.precision):
+                with unsynced_batchnorm(module), autocast_context(self.device, self.precision):
                     output = module(inputs[:m])
                 self.workload.sample_losses(output, targets[:m]).sum().backward()
             finally:
