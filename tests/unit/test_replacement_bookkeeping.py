@@ -165,8 +165,9 @@ def test_an_in_place_replacement_charges_the_ranks_that_stopped(name, elastic, w
 
 # --- item 8: several groups lost at once --------------------------------------------------------------------------
 @pytest.mark.parametrize("name, backoff, failed, want", [
-    ("two groups at once, one restart left: the budget is checked for each", 1, [1, 2],
-     ("Failed", "BackoffLimitExceeded", None)),
+    ("two groups at once are one incident: one restart left is enough, both replaced", 1, [1, 2],
+     ("Running", "", {"1", "2"})),
+    ("two groups at once, no restart left: the job fails", 0, [1, 2], ("Failed", "BackoffLimitExceeded", None)),
     ("two groups at once, two left: both replaced", 2, [1, 2], ("Running", "", {"1", "2"})),
     ("every group lost: the group is recreated from its checkpoint", 3, [0, 1, 2], ("Restarting", "", None)),
 ])
@@ -240,11 +241,22 @@ def test_in_place_restarts_are_read_from_every_pods_agent(name, counts, worker0,
 def test_a_replaced_pods_agent_starts_again_from_zero():
     job = in_place(make_job("a").replicas(2).backoff_limit(5)).running(restarts=2)
     job.status(inPlace={"attempt": 0, "restarts": 2, "pods": {"pod-0-0": 0, "pod-1-0": 2}, "agentTotal": 2})
-    new = make_pod("a", 1).build()
+    new = make_pod("a", 1).created(60).build()  # made long after the attempt's pods: a replacement
     new["metadata"]["uid"] = "pod-1-new"
-    plan = plan_in_place(job, [make_pod("a", 0).build(), new], {"pod-0-0": 0, "pod-1-new": 1})
+    plan = plan_in_place(job, [make_pod("a", 0).created(900).build(), new], {"pod-0-0": 0, "pod-1-new": 1})
     s = plan.status
     assert s["restarts"] == 3 and s["inPlace"]["pods"] == {"pod-0-0": 0, "pod-1-new": 1}, "the old uid is dropped"
+    assert s["inPlace"]["offsets"] == {"pod-1-new": 2}, "its count starts after the group's 2 restarts"
+
+
+def test_a_failure_read_from_two_agents_in_two_passes_counts_once():
+    """Issue 54 defect 6: the survivors' agents each counted the same group failure, read one pass apart."""
+    job = in_place(make_job("a").replicas(3).backoff_limit(5)).running()
+    first = plan_in_place(job, running_pods("a", 3), {"pod-0-0": 1, "pod-1-0": 0, "pod-2-0": 0})
+    assert first.status["restarts"] == 1
+    job.obj["status"] = first.status
+    second = plan_in_place(job, running_pods("a", 3), {"pod-0-0": 1, "pod-1-0": 1, "pod-2-0": 1})
+    assert (second.status or first.status)["restarts"] == 1, "the same failure, seen by the other agents"
 
 
 def test_the_operators_count_decides_when_the_budget_is_spent():

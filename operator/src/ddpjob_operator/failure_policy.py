@@ -123,7 +123,10 @@ def decide(
     budget = RestartBudget(limit=spec.run_policy.backoff_limit, used=counts.trainer)
     platform = RestartBudget(limit=spec.run_policy.platform_failure_limit, used=counts.platform)
     decision = decide_restart(spec.restart_policy, cause, budget, platform)
-    if decision.action == RESTART and len(found) > 1 and spec.fault_tolerance.torchft:
+    alone = replace_pod.pods_to_replace(spec, found, pods.current, status) is not None
+    if decision.action == RESTART and len(found) > 1 and spec.fault_tolerance.torchft and alone:
+        # Replica groups replaced one by one each spend their class's budget; groups that all failed together are
+        # one group recreation (below), charged once, to the root cause's class.
         decision = decide_each(spec.restart_policy, spec.run_policy, found, counts.trainer, counts.platform) or decision
     last_failure: LastFailure = {
         "pod": cause.pod,

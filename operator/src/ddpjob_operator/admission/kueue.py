@@ -175,17 +175,63 @@ def build_workload(
     }
 
 
+# What Kueue admits on, of a pod set's pod spec: what each pod asks for and where it may go. Everything else the
+# operator puts in a pod (the rendezvous env, PET_*, DDPJOB_*, TORCHFT_*, the probe, the shm volume) changes with
+# operator releases and with legal edits of a running job (spec.rendezvous, backoffLimit): hashed, it stopped
+# every admitted job under Kueue at an upgrade.
+ADMITTED_ON = ("nodeSelector", "tolerations", "affinity", "priorityClassName", "topologySpreadConstraints")
+
+
+def admission_shape(spec: Mapping[str, Any]) -> dict[str, Any]:
+    """The part of a Workload's spec Kueue admits on: the queue, the priority, and per pod set its name, counts,
+    Kueue's own template annotations (its topology requests), the containers' resources and the
+    placement fields of the pod spec."""
+    sets = []
+    for pod_set in spec.get("podSets") or []:
+        template = pod_set.get("template") or {}
+        pod_spec = template.get("spec") or {}
+        containers = [
+            {"name": c.get("name"), "resources": c.get("resources") or {}}
+            for kind in ("initContainers", "containers")
+            for c in pod_spec.get(kind) or []
+        ]
+        sets.append(
+            {
+                "name": pod_set.get("name"),
+                "count": pod_set.get("count"),
+                "minCount": pod_set.get("minCount"),
+                # Kueue's own pod set annotations (its topology requests); the operator's labels are no request.
+                "annotations": {
+                    k: v
+                    for k, v in ((template.get("metadata") or {}).get("annotations") or {}).items()
+                    if k.startswith(f"{GROUP}/")
+                },
+                "containers": containers,
+                **{k: pod_spec.get(k) for k in ADMITTED_ON if pod_spec.get(k) is not None},
+            }
+        )
+    return {
+        "queueName": spec.get("queueName"),
+        "priorityClassRef": spec.get("priorityClassRef"),
+        "priority": spec.get("priority"),
+        "podSets": sets,
+    }
+
+
 def pod_set_hash(spec: Mapping[str, Any]) -> str:
-    """The whole pod set (and priority) a Workload asks for. The name hashes only counts and requests, so that an
-    operator upgrade never renames an admitted Workload; a template edited while suspended (node selector,
-    tolerations, priority) changes this hash, and the Workload is replaced (`decide`)."""
-    return hashlib.sha256(json.dumps(spec, sort_keys=True, default=str).encode()).hexdigest()[:16]
+    """The hash of what Kueue admits on (admission_shape). The name hashes only counts and requests; a template
+    edited while suspended (node selector, tolerations, priority) changes this hash, and the Workload is replaced
+    (`decide`); a change of anything else (an operator upgrade, a rendezvous timeout edited) does not."""
+    shape = admission_shape(spec)
+    return hashlib.sha256(json.dumps(shape, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
 def _current_pod_set(workload: Mapping[str, Any], want: str) -> bool:
-    """An existing Workload's hash, where it has one (one created before the hash existed is taken as current)."""
+    """Whether an existing Workload asks for what the job asks for now. Its annotation says so where it holds this
+    release's hash; a Workload made by an earlier release (another hash, or none) is judged by its own spec, so an
+    upgrade replaces none that asks for the same."""
     have = ((workload.get("metadata") or {}).get("annotations") or {}).get(POD_SET_HASH)
-    return have is None or have == want
+    return have == want or pod_set_hash(workload.get("spec") or {}) == want
 
 
 def _condition(workload: Mapping[str, Any], ctype: str) -> dict[str, Any] | None:

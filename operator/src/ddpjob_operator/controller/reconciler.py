@@ -134,6 +134,7 @@ class Reconciler:
             progress=progress,
             progress_since=since,
             agent_restarts=self.progress.agent_restarts(key, int((obs.job.get("status") or {}).get("attempt", 0))),
+            agents_silent=self.progress.agents_silent(key, int((obs.job.get("status") or {}).get("attempt", 0))),
             scrapes_current=self.progress.current(key),
             refusal=self.refusals.get(key),
             service_conflict=self.service_conflicts.get(key),

@@ -29,9 +29,11 @@ from . import failure_class, failures, recoveries
 # After a replacement pod runs, its agent joins the survivors' rendezvous and they restart their workers to take
 # it in. torchrun does not count that as a failure, but the trainer's stop vote can: the first agent to see the
 # newcomer stops its workers with SIGTERM, they vote stop, and a peer that has not seen the newcomer yet exits 143
-# on its own, which its agent counts as a failed worker. One restart reported within this window after the
-# replacement runs is the join's, not the trainer's: counted as seen, charged to no budget. (A genuine failure
-# inside the window is taken for the join once; the next is charged.)
+# on its own, which its agent counts as a failed worker. Restarts reported within this window after the
+# replacement runs are the incident's, not the trainer's: counted as seen, charged to no budget. That includes the
+# survivors' restarts for the loss itself that a lagging read shows only now (found by the simulation, tests/sim:
+# an eviction's three restarts read after the replacement ran were charged to the trainer). A genuine failure
+# inside the window goes uncharged; a trainer that keeps failing is charged from the window's end.
 JOIN_WINDOW = timedelta(seconds=120)
 LATE_JOIN = JOIN_WINDOW  # how long past its end a join first seen late is still taken for the join
 JOINED = "torchrun restarted the workers to take the replacement pod into the group: not a failure, no budget spent"
@@ -52,7 +54,7 @@ def agents_seen(status: JobStatus) -> dict[str, Any]:
     seen: dict[str, Any] = dict(status.get("inPlace") or {})
     if seen.get("attempt") != status.get("attempt"):
         return {}
-    return {k: seen[k] for k in ("pods", "agentTotal") if k in seen}
+    return {k: seen[k] for k in ("pods", "offsets", "agentTotal") if k in seen}
 
 
 def counted(status: JobStatus) -> int:
@@ -91,28 +93,94 @@ def _window_open(obs: Observed, join_until: datetime, new: int) -> bool:
 
 
 def agent_record(obs: Observed, status: JobStatus, independent: bool = False) -> dict[str, Any]:
-    """The agents' side of status.inPlace after this pass's read: `pods` (uid -> the count last seen) and
-    `agentTotal`, the group restarts they showed so far in the attempt. One failure can make several agents count
-    (a peer's loss fails their workers too), and one agent can count several failures between two reads: a read
-    adds the largest increase of any one pod, not their sum. `independent` (TorchFT's replica groups, a standalone
-    torchrun each: a group's loss fails no other group's processes): every agent counts only its own failures, so a
-    read adds the increases of all pods."""
+    """The agents' side of status.inPlace after this pass's read: `pods` (uid -> the largest count seen, its
+    baseline for the next read) and `agentTotal`, the group restarts they showed so far in the attempt.
+
+    Under plain InPlace one group failure makes one or more agents count (the failed worker's always; a peer's
+    too when its workers failed with it before it saw a membership change), and each agent's count is cumulative
+    since the agent began: the group's restarts are the largest count of any one agent, a replacement's counted
+    from the group's total when it was first read (`offsets`), however the agents' increases fall over the reads
+    (summing each read's largest increase counted one failure twice when two agents were read in two passes).
+    `independent` (TorchFT's replica groups, a standalone torchrun each: a group's loss fails no other group's
+    processes): every agent counts only its own failures, so the increases of all pods add up."""
     seen = status.get("inPlace") or {}
     same = seen.get("attempt") == status.get("attempt")
     pods: dict[str, int] = dict(seen.get("pods") or {}) if same else {}
+    offsets: dict[str, int] = dict(seen.get("offsets") or {}) if same else {}
     total = int(seen.get("agentTotal", 0)) if same else 0
     counts = obs.agent_restarts
     if counts:
-        increases = [max(0, n - pods.get(uid, 0)) for uid, n in counts.items()]
-        total += sum(increases) if independent else max(increases, default=0)
-        live = {p["metadata"].get("uid") for p in obs.pods}
-        pods = {uid: n for uid, n in {**pods, **counts}.items() if uid in live}
+        live = {p["metadata"].get("uid"): p for p in obs.pods}
+        if independent:
+            total += sum(max(0, n - pods.get(uid, 0)) for uid, n in counts.items())
+        else:
+            first = _attempt_began(obs, status)
+            for uid in counts:
+                if uid not in pods and uid in live and _joined_later(live[uid], first):
+                    offsets[uid] = total  # a replacement's agent began at 0 after the group's restarts so far
+            total = max(total, *(offsets.get(uid, 0) + n for uid, n in counts.items()))
+        pods = {uid: max(n, pods.get(uid, 0)) for uid, n in {**pods, **counts}.items() if uid in live}
+        offsets = {uid: n for uid, n in offsets.items() if uid in live}
     out: dict[str, Any] = {}
     if pods:
         out["pods"] = pods
+    if offsets:
+        out["offsets"] = offsets
     if total:
         out["agentTotal"] = total
     return out
+
+
+# The attempt's pods are created in one pass; a pod created this much after the attempt's first is a replacement
+# (replace_pod). Where the attempt's first pods are gone, none is taken for one: that undercounts, never charges a
+# restart that did not happen.
+LATER_POD_SECONDS = 30.0
+
+
+def _attempt_began(obs: Observed, status: JobStatus) -> datetime | None:
+    attempt = str(status.get("attempt", 0))
+    made = [
+        parse_time(p["metadata"].get("creationTimestamp"))
+        for p in obs.pods
+        if (p["metadata"].get("labels") or {}).get(api.LABEL_ATTEMPT) == attempt
+    ]
+    return min((t for t in made if t is not None), default=None)
+
+
+def _joined_later(pod: dict[str, Any], first: datetime | None) -> bool:
+    created = parse_time(pod["metadata"].get("creationTimestamp"))
+    return created is not None and first is not None and (created - first).total_seconds() > LATER_POD_SECONDS
+
+
+# An increase of the agents' counts while an agent of the attempt does not answer may be that pod's loss (a node
+# rebooting: its peers' collectives fail at once, while the API shows it Running on a Ready node until the node
+# monitor's grace ends). It is held, at most this long, for the loss to show; the failure policy then charges it to
+# the platform, once. An agent that stays silent longer (an image without the endpoint) holds nothing past it.
+HOLD_MAX = timedelta(seconds=300)
+
+
+def _held(obs: Observed, status: JobStatus, plan: Plan) -> bool:
+    """Whether this pass's new restarts wait (an agent of a running pod of the attempt is silent); records when the
+    wait began, and looks again when it ends."""
+    silent = [
+        p
+        for p in obs.pods
+        if p["metadata"].get("uid") in obs.agents_silent
+        and (p.get("status") or {}).get("phase") == "Running"
+        and not p["metadata"].get("deletionTimestamp")
+    ]
+    seen: dict[str, Any] = dict(status.get("inPlace") or {})
+    if not silent or not obs.agent_restarts:
+        return False  # no agent ever answered (an image without the endpoint): silence says nothing
+    since = parse_time(seen.get("heldSince")) if seen.get("attempt") == status.get("attempt") else None
+    if since is None:
+        since = obs.now
+        status["inPlace"] = cast(InPlace, {**seen, "attempt": status["attempt"], "heldSince": format_time(since)})
+    left = (since + HOLD_MAX - obs.now).total_seconds()
+    if left <= 0:
+        return False
+    plan.requeue(min(left, 10.0))
+    return True
 
 
 def take_in(
@@ -126,11 +194,17 @@ def take_in(
     """Count in-place restarts not yet counted into status.restarts (a Warning event and a recovery entry each
     time); how many were new. `ended`: what the termination records of the attempt's ended pods say; `scraped`:
     False leaves this pass's reads out (a pod lost in this pass: the survivors' restart for it is the
-    replacement's, replace_pod.replace)."""
+    replacement's, replace_pod.replace), and keeps the baselines read before.
+
+    Restarts seen while a lost pod is being replaced alone (status.replacing) are that platform incident's (the
+    survivors restart for the loss, and again while the group re-forms): counted as seen, charged to no budget. In
+    the join window after it, restarts are the incident's too (JOIN_WINDOW). An increase seen while an agent of the
+    attempt is silent is held for the loss to show (HOLD_MAX)."""
     if spec.run_policy.restart_strategy != IN_PLACE:
         return 0
+    independent = spec.fault_tolerance.torchft
     before = counted(status)
-    agents = agent_record(obs, status, independent=spec.fault_tolerance.torchft) if scraped else {}
+    agents = agent_record(obs, status, independent=independent) if scraped else agents_seen(status)
     new = max(reported(obs, ended or [], scraped), agents.get("agentTotal", 0)) - before
     join_until = join_window(status)
 
@@ -139,21 +213,28 @@ def take_in(
 
     if (status.get("inPlace") or {}).get("joinUntil") and join_until is None:
         record(before)  # an earlier attempt's window
+    if new > 0 and status.get("replacing") and not independent:
+        record(before + new)  # the loss being replaced is the cause: its incident, charged once (replace_pod)
+        return 0
     window_open = join_until is not None and _window_open(obs, join_until, new)
-    if join_until is not None and (new > 0 or not window_open):
-        record(before)  # the window is used or over
-        if new > 0 and window_open:
-            before, new = before + 1, new - 1
-            record(before)
-            plan.event("Normal", "ReplacementJoined", JOINED)
+    if join_until is not None and new > 0 and window_open:
+        record(before + new)
+        status["inPlace"]["joinUntil"] = format_time(join_until)  # open until its end: a lagging read may follow
+        plan.event("Normal", "ReplacementJoined", JOINED)
+        return 0
+    if join_until is not None and not window_open:
+        record(before)  # the window is over
+    if new > 0 and not independent and _held(obs, status, plan):
+        return 0
     if new > 0:
         _, was_reset = failure_class.counts_before(status, obs.now, spec.run_policy.healthy_reset_seconds)
         if was_reset:  # a healthy stretch ended: both budgets start over, as for any other failure
             status.update({"restarts": 0, "platformRestarts": 0})
     if new <= 0:
-        if agents and {k: v for k, v in (status.get("inPlace") or {}).items() if k in agents} != agents:
+        held = (status.get("inPlace") or {}).get("heldSince")
+        if held or (agents and {k: v for k, v in (status.get("inPlace") or {}).items() if k in agents} != agents):
             if join_until is None or not window_open:
-                record(before)  # the agents' counts moved, all of it already counted
+                record(before)  # the agents' counts moved, all of it already counted (or a hold is over)
             else:
                 status["inPlace"] = cast(InPlace, {**(status.get("inPlace") or {}), **agents})
         return 0

@@ -54,7 +54,7 @@ def forget_gone(status: JobStatus, pods: list[dict[str, Any]]) -> None:
 
 
 def pods_to_replace(
-    spec: JobSpec, found: list[Failure], current: dict[int, dict[str, Any]]
+    spec: JobSpec, found: list[Failure], current: dict[int, dict[str, Any]], status: JobStatus
 ) -> list[tuple[int, dict[str, Any]]] | None:
     """(index, pod) of each lost pod to replace alone, or None when the group must be recreated."""
     torchft = spec.fault_tolerance.torchft
@@ -68,9 +68,21 @@ def pods_to_replace(
     targets = [by_name[f.pod] for f in found]
     if not torchft and targets[0][0] == 0:
         return None  # pod 0 hosts the rendezvous store every agent talks to
-    if torchft and len(targets) == len(current):
-        return None  # every group is lost: no live peer to heal from, the group restarts from its checkpoint
+    if torchft and not _live_peers(current, {index for index, _ in targets}, status):
+        # Every group is lost (at once, or one after another before a replacement ran): no live peer to heal
+        # from, so the group restarts from its checkpoint, as one recreation.
+        return None
     return targets
+
+
+def _live_peers(current: dict[int, dict[str, Any]], lost: set[int], status: JobStatus) -> list[int]:
+    """Indices of running pods that are neither lost now nor a replacement still to heal (status.replacing)."""
+    healing = not_missing(status)
+    return [
+        index
+        for index, pod in current.items()
+        if index not in lost and index not in healing and (pod.get("status") or {}).get("phase") == "Running"
+    ]
 
 
 def replace_alone(
@@ -86,7 +98,7 @@ def replace_alone(
 ) -> bool:
     """Replace the lost pods alone when that works (pods_to_replace); False: recreate the group instead.
     `scraped`: this pass's scrape of worker 0 (recoveries.record)."""
-    targets = pods_to_replace(spec, found, current)
+    targets = pods_to_replace(spec, found, current, status)
     if targets is None:
         return False
     lost_ranks = spec.procs_per_pod * len(targets)
@@ -115,20 +127,38 @@ def replace_alone(
             ranks=lost_ranks if elastic_goes_on else None,
             scraped=scraped,
         )
+    charged: set[str] = set()
     for failure, (index, pod) in zip(found, targets, strict=True):
-        # Each lost pod spends its own class's budget (the planner checked each against it: within_budget).
-        replace(spec, status, index, pod, failure, failure_class.class_of(failure), plan)
+        # The pods lost in one pass are one incident of each class among them: one unit of that class's budget
+        # (restart_policy.decide_each checked it), however many groups it took.
+        kind = failure_class.class_of(failure)
+        replace(spec, status, index, pod, failure, kind, plan, charge=kind not in charged)
+        charged.add(kind)
     return True
 
 
 def replace(
-    spec: JobSpec, status: JobStatus, index: int, pod: dict[str, Any], cause: Failure, kind: str, plan: Plan
+    spec: JobSpec,
+    status: JobStatus,
+    index: int,
+    pod: dict[str, Any],
+    cause: Failure,
+    kind: str,
+    plan: Plan,
+    charge: bool = True,
 ) -> None:
     """Record the decision to replace `pod` alone; the next pass acts on it."""
     replacing = dict(status.get("replacing") or {})
+    earlier = replacing.get(str(index))
+    if earlier is not None and earlier != pod["metadata"]["uid"]:
+        # A replacement lost before it ran: the first lost pod stays retired while it exists (else it came back
+        # as the index's pod and was charged again).
+        status["retiredUids"] = sorted({*(status.get("retiredUids") or []), earlier})
     replacing[str(index)] = pod["metadata"]["uid"]
     status["replacing"] = replacing
-    if kind == failure_class.TRAINER:
+    if not charge:
+        pass
+    elif kind == failure_class.TRAINER:
         status["restarts"] = status.get("restarts", 0) + 1
     else:
         status["platformRestarts"] = status.get("platformRestarts", 0) + 1

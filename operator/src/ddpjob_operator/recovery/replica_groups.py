@@ -262,6 +262,13 @@ def lighthouse_step(
     """The planner's Lighthouse step, after the others: it lives while the job's workers may run (it is made with
     the first workers, so after Kueue's admission), and goes when the job is suspended or ends."""
     phase = status.get("phase")
+    written = ((obs.job.get("status") or {}).get("phase"), phase)
+    stopping = [c.is_terminal(p) or p == c.SUSPENDED for p in written]
+    if spec.fault_tolerance.torchft and any(stopping) and not all(stopping):
+        # The job ends (or is suspended) in this pass: its Lighthouse goes once that status is written. Deleted
+        # first, a failed write left a Running job whose Lighthouse was gone, and the next pass failed it (found by
+        # the simulation, tests/sim).
+        return
     wanted = (
         spec.fault_tolerance.torchft
         and not c.is_terminal(phase)

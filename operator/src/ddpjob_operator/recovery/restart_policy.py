@@ -82,8 +82,9 @@ def backoff_seconds(base: int, restarts: int) -> int:
 def decide_each(
     policy: str, run: RunPolicy, found: list[f.Failure], trainer_used: int, platform_used: int
 ) -> RestartDecision | None:
-    """Several failures handled one by one (TorchFT replica groups lost at once, each replaced alone and spending
-    its class's budget): each is checked against what the ones before it left. The first that does not fit
+    """Several failures seen in one pass (TorchFT replica groups lost at once, each replaced alone): those of one
+    class are one incident of it (a common-mode crash, a rack's power), spending one unit of its budget
+    (replace_pod.replace_alone). Each failure is checked against its class's budget; the first that does not fit
     decides (None: all fit)."""
     used = {TRAINER: trainer_used, PLATFORM: platform_used}
     for failure in found:
@@ -92,5 +93,4 @@ def decide_each(
         decision = decide_restart(policy, failure, budget, platform)
         if decision.action != RESTART:
             return decision
-        used[class_of(failure)] += 1
     return None

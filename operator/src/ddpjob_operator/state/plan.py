@@ -79,6 +79,9 @@ class Observed:
     # restartStrategy InPlace: each pod's torchrun agent's in-place restart count, as last read
     # from its endpoint, by pod uid (progress.agent_urls); pods not read yet are absent.
     agent_restarts: dict[str, int] = field(default_factory=dict)
+    # ...and the uids of the attempt's running pods whose agent did not answer the latest read (its node rebooting
+    # or gone, say): an increase of the others' may be that pod's loss, not yet shown by the API (in_place.py).
+    agents_silent: frozenset[str] = frozenset()
     network_policy_exists: bool = True  # only read when spec.networkPolicy asks for one
     gang: bool = False  # the cluster serves PodGroups and the operator uses them (gang.py)
     # The scheduler showed it does not gang-schedule (gang_discovery.py): why, in a sentence; "" otherwise.

@@ -52,6 +52,8 @@ class InPlace(TypedDict, total=False):
     joinUntil: str  # in_place.JOIN_WINDOW: until when one reported restart is a replacement's join
     pods: dict[str, int]  # in_place.agent_record: each pod's agent's count last read (pod uid -> count)...
     agentTotal: int  # ...and the group restarts the agents showed in the attempt
+    offsets: dict[str, int]  # ...a replacement's agent's start: the group's total when it was first read
+    heldSince: str  # in_place.take_in: when an increase was first held (an agent silent: maybe a peer's loss)
 
 
 class Recovery(TypedDict, total=False):

@@ -155,6 +155,7 @@ class ProgressScraper:
         self._latest: dict[Key, tuple[int, dict[str, Any]]] = {}  # attempt, values + updateTime
         self._since: dict[Key, tuple[int, datetime]] = {}  # attempt, when this process began reading it
         self._agents: dict[Key, tuple[int, dict[str, int]]] = {}  # attempt, pod uid -> its agent's restarts
+        self._silent: dict[Key, tuple[int, frozenset[str]]] = {}  # attempt, pod uids whose agent did not answer
 
     def current(self, key: Key) -> bool:
         """Whether this process has been scraping the job lately: a scrape finished within a few intervals (or
@@ -170,6 +171,7 @@ class ProgressScraper:
         self._latest.pop(key, None)
         self._since.pop(key, None)
         self._agents.pop(key, None)
+        self._silent.pop(key, None)
 
     def observe(self, key: Key, obs: Observed) -> tuple[dict[str, Any] | None, datetime | None]:
         """(worker 0's latest answer for the current attempt, when this process began reading that attempt);
@@ -201,6 +203,11 @@ class ProgressScraper:
         found = self._agents.get(key)
         return dict(found[1]) if found and found[0] == attempt else {}
 
+    def agents_silent(self, key: Key, attempt: int) -> frozenset[str]:
+        """The pods whose agent did not answer the latest read of this attempt (in_place.take_in holds for them)."""
+        found = self._silent.get(key)
+        return found[1] if found and found[0] == attempt else frozenset()
+
     async def _scrape(self, key: Key, url: str | None, agents: dict[str, str], attempt: int) -> None:
         loop = asyncio.get_running_loop()
         values: dict[str, Any] = {}
@@ -216,11 +223,13 @@ class ProgressScraper:
         finally:
             self._in_flight.discard(key)
             self._last_done[key] = time.monotonic()
-        news = False
         seen = {name: n for name, n in zip(agents, counts, strict=True) if n is not None}
+        silent = frozenset(name for name, n in zip(agents, counts, strict=True) if n is None)
+        news = silent != self.agents_silent(key, attempt)
+        self._silent[key] = (attempt, silent)
         if seen:
             before = self.agent_restarts(key, attempt)
-            news = any(before.get(name) != n for name, n in seen.items())
+            news = news or any(before.get(name) != n for name, n in seen.items())
             self._agents[key] = (attempt, {**before, **seen})
         if values:
             self._latest[key] = (attempt, {**values, "updateTime": format_time(utcnow())})

@@ -39,8 +39,14 @@ def free_name(job: str, index: int, attempt: int, held: set[str]) -> str:
     name = api.worker_name(job, index)
     if name not in held:
         return name
-    longer = f"{name}-{attempt}"
-    return longer if len(longer) <= HOSTNAME_MAX else f"{job}-{index}-{attempt}"[:HOSTNAME_MAX]
+    # A replacement lost while its predecessor still Terminates holds `<name>-<attempt>` too: the next one takes
+    # `<name>-<attempt>-2`, and so on (a held name met a 409 and stalled the job until the force-delete).
+    for n in range(1, len(held) + 2):
+        suffix = f"-{attempt}" if n == 1 else f"-{attempt}-{n}"
+        longer = name + suffix if len(name + suffix) <= HOSTNAME_MAX else f"{job}-{index}{suffix}"[-HOSTNAME_MAX:]
+        if longer not in held:
+            return longer
+    raise AssertionError("unreachable: more candidates than held names")
 
 
 def host_of(pod: dict[str, Any]) -> str:
