@@ -120,16 +120,26 @@ def last_call_after_loss_seconds(spec: JobSpec) -> int | None:
     return min(IN_PLACE_LAST_CALL_SECONDS, last_call_seconds(spec))
 
 
+# InPlace: torchrun's --max-restarts, fixed when the pod is made, while the job's budgets (backoffLimit,
+# platformFailureLimit) start over after each healthy runPolicy.healthyResetSeconds (in_place.py counts them from
+# every pod's agent and fails the job once one is spent). Within one budget window an agent sees at most
+# backoffLimit + platformFailureLimit + 1 events (one more fails the job), but a pod may live through any number of
+# windows: every limit made from the budget binds first, sooner or later (after 24 events with the defaults). So
+# the limit is one no agent reaches: every restart starts the workers again (seconds at least), and at one a
+# second 2**31 - 1 of them take 68 years; test_torchrun_restart_limit.py checks ten years of windows of a
+# generous budget. The operator's count (in_place.py, from every pod's agent and worker 0's metrics) is the only
+# decider: an image whose agent and trainer serve no count is not bounded by torchrun either.
+TORCHRUN_MAX_RESTARTS = 2**31 - 1
+
+
 def max_restarts(spec: JobSpec, restarts: int) -> int:
-    """torchrun's --max-restarts. InPlace: what is left of backoffLimit when the pod is made, plus the whole
-    platformFailureLimit and one for a replacement's join. An agent counts every failure of its own workers, and a
-    peer pod's loss (an eviction, a deleted pod, a lost node) fails them too, so an agent limited to backoffLimit
-    would end its pod after a run of platform losses the job's budgets allow. The operator's own count decides:
-    it reads every pod's agent (in_place.py) and fails the job once the trainer's restarts pass backoffLimit;
-    torchrun's limit is only the backstop for an agent the operator cannot read.
-    Recreate: elastic.maxRestarts (deprecated), else 0: any failed process ends its pod."""
+    """torchrun's --max-restarts. InPlace: TORCHRUN_MAX_RESTARTS, whatever the budget left when the pod is made
+    (`restarts`): an agent counts every failure of its own workers, a peer pod's loss (an eviction, a deleted pod, a
+    lost node) fails them too, and the job's budgets start over after a healthy hour, so any smaller limit would end
+    a pod the job's budgets allow. Recreate: elastic.maxRestarts (deprecated), else 0: any failed process ends its
+    pod."""
     if spec.run_policy.restart_strategy == IN_PLACE:
-        return max(0, spec.run_policy.backoff_limit - restarts) + spec.run_policy.platform_failure_limit + 1
+        return TORCHRUN_MAX_RESTARTS
     return spec.elastic.max_restarts if spec.elastic else 0
 
 
