@@ -14,7 +14,7 @@ UPGRADE_PACKAGE ?=
 # What `make lint` covers; tests/ is outside the gate.
 LINT_PATHS := operator trainer_image bench hack/localnode $(wildcard hack/*.py)
 
-.PHONY: help setup venv lock tools node-tools images kueue-tools kueue-up kueue-down cluster-up cluster-down cluster-status test test-unit test-integration test-trainer test-e2e test-realnode test-chart test-chaos demo operator bench lint
+.PHONY: help setup venv lock tools node-tools images kueue-tools kueue-up kueue-down cluster-up cluster-down cluster-status test test-unit test-integration test-trainer test-e2e test-realnode test-chart test-chaos demo operator sim bench lint
 
 help: ## Show this help
 	@grep -hE '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  \033[36m%-18s\033[0m %s\n", $$1, $$2}'
@@ -96,6 +96,11 @@ test-chaos: setup ## Run the fault-injection and fuzzing suites
 
 demo: setup ## The main job: local cluster + operator + a 2x2 digits DDPJob with a mid-run kill
 	@bash hack/demo.sh
+
+SIM_STEPS ?= 1000000
+SIM_SEED ?= 0
+sim: venv ## The planner in a simulated cluster at length (SIM_STEPS=N SIM_SEED=S; docs/simulation.md)
+	@$(PY) tests/sim/sim_run.py --steps $(SIM_STEPS) --seed $(SIM_SEED)
 
 bench: setup ## Run the benchmarks (not part of make test); results in bench/results
 	@bash bench/run.sh
