@@ -161,9 +161,9 @@ def test_a_deleted_lighthouse_is_made_again_and_the_groups_train_on_in_their_att
     wait_until(lambda: scrape(cluster, namespace, 0).get("ddp_trainer_replica_groups") == 2
                and scrape(cluster, namespace, 0).get("ddp_trainer_step", 0) >= 30,
                timeout=JOB_TIMEOUT, interval=0.5, what="both replica groups training")
-    # The operator tells the bundled trainer's groups by what they report: the groups in their quorum.
-    wait_until(lambda: "replicaGroups" in (job_status(cluster, namespace, JOB).get("progress") or {}),
-               timeout=JOB_TIMEOUT, interval=0.5, what="worker 0's replica groups in status.progress")
+    # The operator tells the bundled trainer's groups by what they declare: they follow a new Lighthouse.
+    wait_until(lambda: (job_status(cluster, namespace, JOB).get("progress") or {}).get("lighthouseReconnect"),
+               timeout=JOB_TIMEOUT, interval=0.5, what="worker 0's lighthouse_reconnect capability in status.progress")
     before = _uids(cluster, namespace, JOB)
     deleted_at = scrape(cluster, namespace, 0)["ddp_trainer_step"]
     cluster.kubectl("-n", namespace, "delete", "pod", "ft-lighthouse", "--wait=false")

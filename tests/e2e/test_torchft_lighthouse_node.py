@@ -48,7 +48,7 @@ def test_the_lighthouses_node_lost_the_survivor_trains_on_with_a_new_one_in_its_
     try:
         apply_job(cluster, namespace, torchft_job_on_the_pool())
         wait_until(lambda: all(scrape(cluster, namespace, g).get("ddp_trainer_replica_groups") == 2 for g in (0, 1))
-                   and "replicaGroups" in (job_status(cluster, namespace, JOB).get("progress") or {}),
+                   and (job_status(cluster, namespace, JOB).get("progress") or {}).get("lighthouseReconnect"),
                    timeout=JOB_TIMEOUT, interval=0.5, what="both replica groups training, reported in status")
         first = by_name(cluster, namespace)
         lost_node = first["ft-lighthouse"]["spec"]["nodeName"]

@@ -315,21 +315,23 @@ def gone_lighthouse(lighthouse: str):
     return pod, node_list
 
 
-# What the bundled trainer's worker 0 reported in this attempt: the groups in its quorum, which only it reports.
-BUNDLED_PROGRESS = {"attempt": 0, "step": 50, "replicaGroups": 2, "updateTime": "2026-11-25T09:59:00Z"}
+# What the bundled trainer's worker 0 reported in this attempt: the groups in its quorum, and that it follows a
+# Lighthouse made again (ddp_trainer_capability{name="lighthouse_reconnect"}; test_lighthouse_reconnect.py).
+BUNDLED_PROGRESS = {"attempt": 0, "step": 50, "replicaGroups": 2, "lighthouseReconnect": True,
+                    "updateTime": "2026-11-25T09:59:00Z"}
 
 
 @pytest.mark.parametrize("how, lighthouse, progress", [
     ("its node lost", "lost", None),
     ("its process ended (OOMKilled)", "Failed", None),
     ("deleted by someone", "deleting", None),
-    ("ended, a trainer of one's own (no replica groups reported)", "Failed", {**BUNDLED_PROGRESS, "replicaGroups": None}),
+    ("ended, a trainer that does not declare it reconnects", "Failed", {**BUNDLED_PROGRESS, "lighthouseReconnect": None}),
     ("ended, the bundled trainer's groups of an earlier attempt", "Failed", {**BUNDLED_PROGRESS, "attempt": -1}),
 ])
 def test_a_running_jobs_lighthouse_gone_recreates_the_group(how, lighthouse, progress):
     """A Lighthouse gone silent (a lost node) holds the groups' quorum call until quorumTimeoutSeconds and their
     processes end; one that ended or was deleted refuses it. Only groups that reconnect (the bundled trainer's, told
-    by their report of the groups in their quorum) find a new one. Otherwise the group restarts from its checkpoint
+    by the capability they declare) find a new one. Otherwise the group restarts from its checkpoint
     with a new Lighthouse instead of hanging."""
     job = torchft(make_job("a").replicas(2).restart_backoff(0)).running()
     if progress is not None:

@@ -29,6 +29,11 @@ AGENT_RESTARTS_SERIES = "ddpjob_agent_restarts"
 # restartStrategy InPlace: the rendezvous last call of every round after the agent's first (a re-form after a loss,
 # its pods all running); the first waits PET_RDZV_CONF's (rendezvous.py). Read by ddp_trainer.torchrun.
 RDZV_LAST_CALL_AFTER_LOSS_ENV = "DDPJOB_RDZV_LAST_CALL_AFTER_LOSS_SECONDS"
+# What a trainer declares it can do: CAPABILITY_SERIES{name=<capability>} 1 on worker 0's metrics port
+# (ddp_trainer.metrics; tracking/progress.py reads it). LIGHTHOUSE_RECONNECT: its TorchFT replica groups follow a
+# Lighthouse made again (replica_groups.reconnects_to_a_new_lighthouse).
+CAPABILITY_SERIES = "ddp_trainer_capability"
+LIGHTHOUSE_RECONNECT = "lighthouse_reconnect"
 TERMINATION_LOG = "/dev/termination-log"
 # A memory-backed emptyDir over the container's 64 MiB /dev/shm: NCCL's shared-memory transport between the ranks
 # of one pod, and DataLoader workers handing batches to their rank, both live there.

@@ -22,6 +22,13 @@ TORCHRUN_RESTARTS_SERIES = "ddp_trainer_torchrun_restarts"
 # took its state from a live peer (a counter: scraped as ddp_trainer_heals_total).
 REPLICA_GROUPS_SERIES = "ddp_trainer_replica_groups"
 HEALS_SERIES = "ddp_trainer_heals"
+# What this trainer can do, one series per capability, `name` its label, value 1: the operator acts on a declared
+# capability only (its tracking/progress.py reads it; the names are the operator's api.CAPABILITY_SERIES and
+# api.LIGHTHOUSE_RECONNECT, tests/trainer/test_capability_series.py).
+CAPABILITY_SERIES = "ddp_trainer_capability"
+# The replica groups follow a Lighthouse made again (replica_groups.py): the operator then replaces the Lighthouse
+# alone instead of recreating the whole group.
+LIGHTHOUSE_RECONNECT = "lighthouse_reconnect"
 # The DDPJob's name is `ddpjob`: `job` is Prometheus' own target label (the scrape config's name), which a series
 # of ours would only keep with honorLabels.
 LABELS = ("ddpjob", "attempt", "rank")
@@ -39,6 +46,7 @@ def label_values(job: str, attempt: str, rank: int) -> dict[str, str]:
 class TrainerMetrics:
     def __init__(self, job: str, rank: int, attempt: str = "0"):
         self.registry = CollectorRegistry()
+        self._capabilities: Gauge | None = None  # add_capability's, registered at the first
         labels = LABELS
         self._labels = label_values(job, attempt, rank)
 
@@ -113,6 +121,17 @@ class TrainerMetrics:
             HEALS_SERIES, "Times this replica group took its state from a live peer", LABELS, registry=self.registry
         ).labels(**self._labels)
         return groups, heals
+
+    def add_capability(self, name: str) -> None:
+        """Declare a capability (CAPABILITY_SERIES{name=...} 1); declaring one twice is one series."""
+        if self._capabilities is None:
+            self._capabilities = Gauge(
+                CAPABILITY_SERIES,
+                "What this trainer can do, by name (1: it can)",
+                (*LABELS, "name"),
+                registry=self.registry,
+            )
+        self._capabilities.labels(**self._labels, name=name).set(1)
 
     def set_restarts(self, count: int) -> None:
         self.torchrun_restarts.set(count)

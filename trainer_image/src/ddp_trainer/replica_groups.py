@@ -53,7 +53,7 @@ from .distributed_env import DistEnv  # noqa: E402
 from .fault_tolerance import BATCHES_COMMITTED_KEY, ReplicaGroupEnv  # noqa: E402
 from .lighthouse_watch import LighthouseWatch, lighthouse_target  # noqa: E402
 from .lr_schedule import LearningRateSchedule  # noqa: E402
-from .metrics import TrainerMetrics  # noqa: E402
+from .metrics import LIGHTHOUSE_RECONNECT, TrainerMetrics  # noqa: E402
 from .progress_log import Identity, emit, healed_line, lighthouse_moved_line, quorum_line  # noqa: E402
 from .replica_sampler import ReplicaBatchSampler, data_position, steps_per_epoch  # noqa: E402
 from .rng_state import rank_seed, seed_everything  # noqa: E402
@@ -316,6 +316,9 @@ class ReplicaGroups:
             replica_id=f"{trainer.who.job}_group_{ft.replica_group}",
         )
         self.watch = self._watch_lighthouse(trainer)
+        # The quorum retries (a Lighthouse that ended) and the watch (one gone silent) follow a Lighthouse the
+        # operator makes again: it may then replace the Lighthouse alone, the groups training on (metrics.py).
+        trainer.metrics.add_capability(LIGHTHOUSE_RECONNECT)
         ignored = ignored_ddp_options(cfg.ddp)
         if ignored:
             trainer._warn(f"{' and '.join(ignored)} ignored: torchft replica groups reduce gradients in their own hook")

@@ -223,10 +223,11 @@ def reconnects_to_a_new_lighthouse(status: JobStatus) -> bool:
     """Whether this attempt's replica groups go on with a Lighthouse made again: the bundled trainer's do (a refused
     quorum call is asked again on a new connection; a connection to an address the Lighthouse's name no longer
     gives, one gone silent with its node, is shut down; a quorum its process group was not built for is built
-    again: docs/trainer.md, "When the Lighthouse is replaced"). Told by what only it reports, the groups in its
-    quorum (ddp_trainer_replica_groups), in this attempt's progress. A trainer of one's own, or none read yet: no."""
+    again: docs/trainer.md, "When the Lighthouse is replaced"). Told by what it declares, the capability
+    api.LIGHTHOUSE_RECONNECT (status.progress.lighthouseReconnect, this attempt's), not by a series every TorchFT
+    trainer may serve. A trainer that does not declare it, or none read yet: no."""
     progress = status.get("progress") or {}
-    return progress.get("attempt") == status.get("attempt") and "replicaGroups" in progress
+    return progress.get("attempt") == status.get("attempt") and progress.get("lighthouseReconnect") is True
 
 
 def lighthouse_failures(obs: Observed, spec: JobSpec, status: JobStatus, grace_seconds: float) -> list[Failure]:

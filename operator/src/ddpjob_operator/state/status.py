@@ -44,6 +44,7 @@ class Progress(TypedDict, total=False):
     etaSeconds: int  # ...how long the rest takes at the recent step rate...
     text: str  # ...and both in words, for the PROGRESS column ("45% ETA 3m20s")
     replicaGroups: int  # TorchFT: the replica groups in worker 0's last quorum (replica_groups.py)
+    lighthouseReconnect: bool  # TorchFT: the trainer declares it follows a new Lighthouse (replica_groups.py)
 
 
 class InPlace(TypedDict, total=False):

@@ -40,6 +40,8 @@ SERIES = {
 # the replacement is back in worker 0's quorum).
 REJOIN_SCRAPE_SECONDS = 2.0
 INTEGERS = ("step", "inPlaceRestarts", "checkpointStep", "totalSteps", "replicaGroups")
+# The capabilities worker 0's trainer declares (api.CAPABILITY_SERIES{name=...} 1), as progress fields set True.
+CAPABILITIES = {api.LIGHTHOUSE_RECONNECT: "lighthouseReconnect"}  # replica_groups.reconnects_to_a_new_lighthouse
 
 
 def metrics_url(obs: Observed) -> str | None:
@@ -120,6 +122,11 @@ def parse_progress(text: str) -> dict[str, Any]:
     found: dict[str, Any] = {}
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
+            if sample.name == api.CAPABILITY_SERIES:
+                declared = CAPABILITIES.get(sample.labels.get("name", ""))
+                if declared and sample.value == 1:
+                    found[declared] = True
+                continue
             key = SERIES.get(sample.name)
             if not key or key in found or (key == "loss" and "lossNonFinite" in found):
                 continue
