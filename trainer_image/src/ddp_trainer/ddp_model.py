@@ -8,6 +8,7 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
+import torch.distributed as dist
 from torch import nn
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, powerSGD_hook
 from torch.nn.parallel import DistributedDataParallel as DDP
@@ -25,17 +26,51 @@ def use_sync_batchnorm(requested: bool, device: torch.device) -> tuple[bool, str
     return requested, None
 
 
+class WithLoss(nn.Module):
+    """The model and its per-sample loss as one module, for torch.compile: dynamo compiles what runs inside DDP's
+    forward (DDP's own forward it skips), so a loss taken after the compiled call ran eagerly, outside the graph, and
+    inductor never fused it with the model's last kernels. DDP wraps this in the model's place: the same parameters,
+    the same all-reduce averaging and no_sync. Its state is the model's under a `model.` prefix: the trainer reads and
+    writes `bare_model(ddp.module)`, so checkpoints of compiled and eager runs hold the same entries."""
+
+    def __init__(self, model: nn.Module, sample_losses: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]):
+        super().__init__()
+        self.model = model
+        self.sample_losses = sample_losses
+
+    def forward(self, inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        return self.sample_losses(self.model(inputs), targets)
+
+
+def bare_model(module: nn.Module) -> nn.Module:
+    """The workload's model inside what DDP wraps."""
+    return module.model if isinstance(module, WithLoss) else module
+
+
 def wrap_model(
-    model: nn.Module, device: torch.device, ddp_cfg, warn=print, compiled: bool = False
+    model: nn.Module,
+    device: torch.device,
+    ddp_cfg,
+    warn=print,
+    compiled: bool = False,
+    sample_losses: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
 ) -> tuple[DDP, Callable[..., Any]]:
     """Returns (the DDP module to train, the module to call: torch.compile's wrapper of it when `compiled`, the
-    same object otherwise; device_options.use_compile decides)."""
+    same object otherwise; device_options.use_compile decides). Compiled with `sample_losses`, DDP wraps
+    WithLoss(model, sample_losses) and the call takes (inputs, targets) and returns the per-sample losses: the loss
+    is in the compiled graph."""
     sync_bn, warning = use_sync_batchnorm(ddp_cfg.sync_batchnorm, device)
     if warning:
         warn(warning)
     if sync_bn:
         model = nn.SyncBatchNorm.convert_sync_batchnorm(model)
     model.to(device)
+    if compiled and sample_losses is not None:
+        model = WithLoss(model, sample_losses)
+    if compiled and (dist.get_world_size() if dist.is_initialized() else 1) == 1:
+        # DDPOptimizer splits the graph at bucket boundaries so all-reduces overlap the backward; one rank has
+        # nothing to overlap, and the splits only cost fusion.
+        torch._dynamo.config.optimize_ddp = False
     ddp = DDP(
         model,
         device_ids=[device.index] if device.type == "cuda" else None,

@@ -21,7 +21,7 @@ from .checkpoint import CheckpointStore, CheckpointUnreadable
 from .checkpoint_dcp import DcpStore, checkpoint_format, meta_request, model_and_optimizer_keys
 from .compile_watch import CompileWatch
 from .config import Config
-from .ddp_model import autocast_context, make_optimizer, wrap_model
+from .ddp_model import WithLoss, autocast_context, bare_model, make_optimizer, wrap_model
 from .device_options import (
     apply_tf32,
     bf16_supported,
@@ -85,7 +85,10 @@ class Trainer:
         # Times the steps that compile, so the throughput leaves them out; None when nothing is compiled.
         self.compile_watch = CompileWatch(self.metrics, who, self.talks) if self.compiled else None
         if replicas is None:
-            self.ddp, self.model = wrap_model(self.workload.model, device, cfg.ddp, self._warn, self.compiled)
+            w = self.workload
+            self.ddp, self.model = wrap_model(
+                w.model, device, cfg.ddp, self._warn, self.compiled, w.compiled_sample_losses or w.sample_losses
+            )
             self.optimizer = self.base_optimizer = make_optimizer(
                 self.ddp, cfg.train, use_fused(cfg.train.fused, device)
             )
@@ -94,6 +97,10 @@ class Trainer:
             # what checkpoints and heals read and write (the optimizer inside: DCP's state-dict helpers call step()
             # to create a fresh optimizer's state, which through the wrapper would be a commit of its own).
             self.ddp, self.model, self.optimizer, self.base_optimizer = replicas.wrap(self)
+        # Compiled, self.model(x, y) is the per-sample losses, the loss in the model's graph (ddp_model.WithLoss);
+        # else self.model(x) is the output, and the workload's loss runs after it.
+        self.loss_in_model = isinstance(self.ddp.module, WithLoss)
+        self.net = bare_model(self.ddp.module)  # the workload's model: what checkpoints and evaluation read
         self.global_batch = global_batch_size(
             self.data_world, cfg.train.batch_size_per_rank, cfg.train.global_batch_size
         )
@@ -194,20 +201,20 @@ class Trainer:
         if state is None:
             raise RuntimeError(f"rank {self.env.rank} cannot read checkpoint {box[0]} that rank 0 chose")
         check_resumable(box[0], state, self.shape)
-        get_state_dict(self.ddp.module, self.base_optimizer)  # creates a fresh optimizer's entries, to compare
+        get_state_dict(self.net, self.base_optimizer)  # creates a fresh optimizer's entries, to compare
         # A checkpoint taken before the optimizer's first step has no entries of its own to compare.
         optimizer = self.base_optimizer.state_dict() if state["optimizer"]["state"] else None
         check_keys(
             box[0],
             state_keys(state["model"], state["optimizer"]),
-            state_keys(self.ddp.module.state_dict(), optimizer),
+            state_keys(self.net.state_dict(), optimizer),
         )
         check_shapes(
             box[0],
             state_shapes(state["model"], state["optimizer"]),
-            state_shapes(self.ddp.module.state_dict(), optimizer),
+            state_shapes(self.net.state_dict(), optimizer),
         )
-        self.ddp.module.load_state_dict(state["model"])
+        self.net.load_state_dict(state["model"])
         self.base_optimizer.load_state_dict(state["optimizer"])
         self._resumed(state, started)
         self._restore_rng(state)  # after the step is set: a rank without a saved stream is seeded by it
@@ -252,7 +259,7 @@ class Trainer:
             self._unreadable(store, path, error)
             return None
         check_resumable(str(path), meta["meta"], self.shape)
-        model, optim = get_state_dict(self.ddp.module, self.base_optimizer)
+        model, optim = get_state_dict(self.net, self.base_optimizer)
         check_keys(str(path), model_and_optimizer_keys(keys), state_keys(model, optim))
         ours = model_and_optimizer_keys(keys)
         stored = {k: shape for k, shape in keys.items() if k in ours and shape is not None}
@@ -265,7 +272,7 @@ class Trainer:
         if not store.loaded_everywhere(error):
             self._unreadable(store, path, error)
             return None
-        set_state_dict(self.ddp.module, self.base_optimizer, model_state_dict=model, optim_state_dict=optim)
+        set_state_dict(self.net, self.base_optimizer, model_state_dict=model, optim_state_dict=optim)
         return meta["meta"], request.get("rng", {}).get(mine)
 
     def _unreadable(self, store: DcpStore, path: Path, error: BaseException | None) -> None:
@@ -316,7 +323,7 @@ class Trainer:
             return
         upper = self.plan.largest_micro_batch
         limit = probe_cuda(
-            self._probe_step(), self.device, optimizer_state_bytes(self.ddp.module, self.cfg.train.optimizer), upper
+            self._probe_step(), self.device, optimizer_state_bytes(self.net, self.cfg.train.optimizer), upper
         )
         smallest = torch.tensor([limit], device=self.device)
         dist.all_reduce(smallest, op=dist.ReduceOp.MIN)
@@ -332,7 +339,7 @@ class Trainer:
         probing sizes of their own would pair wrongly) on the first m samples of this rank's first batch. Nothing of
         it stays: gradients are dropped, BatchNorm's running statistics and the RNG streams (dropout) are put back, so
         the run trains as it would have without the probe."""
-        module = self.ddp.module
+        module = self.net
         inputs, targets = self._next_batch(iter(self.data_loader()))
         buffers = {name: b.detach().clone() for name, b in module.named_buffers()}
         rng = capture_rng()
@@ -491,13 +498,18 @@ class Trainer:
             # Until the static graph is recorded every micro-batch syncs: more traffic on one step, same result,
             # since DDP's averaging is linear in the gradients.
             with contextlib.nullcontext() if i == k - 1 or not self.graph_recorded else self.ddp.no_sync():
-                with autocast_context(self.device, self.precision):
-                    output = self.model(x)
-                losses = self.workload.sample_losses(output, y)
+                losses = self._sample_losses(x, y)
                 self.scaler.scale(losses.sum() * scale).backward()
             total += losses.detach().sum()
         self.graph_recorded = True
         return total
+
+    def _sample_losses(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        with autocast_context(self.device, self.precision):
+            if self.loss_in_model:
+                return self.model(x, y)
+            output = self.model(x)
+        return self.workload.sample_losses(output, y)
 
     def _observe_phases(self, data: float, forward_backward: float, optimizer: float) -> None:
         self.metrics.phase["data"].observe(data)
@@ -585,7 +597,7 @@ class Trainer:
             **(self.replicas.checkpoint_meta() if self.replicas is not None else {}),
         }
         if isinstance(self.store, DcpStore):
-            model, optim = get_state_dict(self.ddp.module, self.base_optimizer)
+            model, optim = get_state_dict(self.net, self.base_optimizer)
             self.save_started[self.step] = started
             # Returns once staged (async): the step goes on while the background thread writes.
             rng = {str(self.data_rank): capture_rng()}
@@ -598,7 +610,7 @@ class Trainer:
                 self.store.save(
                     {
                         **meta,
-                        "model": self.ddp.module.state_dict(),
+                        "model": self.net.state_dict(),
                         "optimizer": self.base_optimizer.state_dict(),
                         "rng_per_rank": rng_per_rank,
                     }
@@ -625,10 +637,8 @@ class Trainer:
     def _finish(self, wall_seconds: float) -> None:
         if self.env.rank != 0:
             return
-        if self.workload.evaluate is not None:
-            value = self.workload.evaluate(self.ddp.module, self.device)
-        else:
-            value = self.last_loss
+        evaluate = self.workload.evaluate
+        value = evaluate(self.net, self.device) if evaluate is not None else self.last_loss
         emit(done_line(self.who, self.cfg.train.steps, self.workload.final_metric, value, wall_seconds))
         write_final_step(self.step)
 

@@ -103,6 +103,14 @@ def sequence_losses(logits: torch.Tensor, targets: torch.Tensor, chunk_tokens: i
     return torch.cat(losses).view(targets.shape).mean(1)
 
 
+def plain_sequence_losses(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """sequence_losses as one cross-entropy over the upcast logits, for the compiled step: traced in one graph with
+    the model, inductor fuses the upcast, the softmax and the loss, and the fp32 logits are never all held at once as
+    eager's would be (eager keeps its chunks)."""
+    losses = F.cross_entropy(logits.float().flatten(0, 1), targets.flatten(), reduction="none")
+    return losses.view(targets.shape).mean(1)
+
+
 def build(cfg) -> Workload:
     p = dict(PRESETS.get(cfg.model.preset, PRESETS["tiny"]))
     for key in p:
@@ -126,6 +134,7 @@ def build(cfg) -> Workload:
         model=model,
         train_set=IndexableTensors(tokens[:, :-1], tokens[:, 1:]),
         sample_losses=sequence_losses,
+        compiled_sample_losses=plain_sequence_losses,
         evaluate=evaluate,
         final_metric="eval_loss",
         flops_per_sample=p["seq_len"] * flops_per_token(model, p["layers"], p["width"], p["seq_len"]),
