@@ -254,13 +254,14 @@ def test_spec_parses_the_lighthouse_settings():
 
 
 def test_a_lighthouse_on_a_lost_node_is_force_deleted_and_made_again():
-    """Unlike a worker it holds no device and no state, and every group waits on its name."""
+    """Every group waits on its name; force-deleted once nothing can still run it, as a worker pod
+    (NotReady 400 s, past unreachable_force_delete_seconds: test_lighthouse_node_loss.py has the rule)."""
     from job_builders import make_node
 
     job = torchft(make_job("a").replicas(2)).running()
     stranded = lighthouse_pod()
     stranded["spec"]["nodeName"] = "node-1"
-    nodes = [make_node("node-0"), make_node("node-1", ready=False, since=60)]
+    nodes = [make_node("node-0"), make_node("node-1", ready=False, since=400)]
     plan = plan_reconcile(observe(job.build(), [*running_pods("a", 2), stranded], nodes=nodes), SETTINGS)
     assert plan.force_delete_pods == [LIGHTHOUSE] and plan.create_pods == []
     assert "LighthouseLost" in [e.reason for e in plan.events]
@@ -309,9 +310,9 @@ def gone_lighthouse(lighthouse: str):
 
     pod = lighthouse_pod("Failed" if lighthouse == "Failed" else "Running", deleting=lighthouse == "deleting")
     node_list = [make_node("node-0")]
-    if lighthouse == "lost":
+    if lighthouse == "lost":  # NotReady past unreachable_force_delete_seconds too: it may be force-deleted
         pod["spec"]["nodeName"] = "node-1"
-        node_list.append(make_node("node-1", ready=False, since=60))
+        node_list.append(make_node("node-1", ready=False, since=400))
     return pod, node_list
 
 

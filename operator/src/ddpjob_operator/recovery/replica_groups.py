@@ -27,7 +27,7 @@ from ..state.plan import Observed, Plan
 from ..state.spec import JobSpec, trainer_container
 from ..state.status import JobStatus
 from ..timefmt import parse_time
-from . import failures, pod_rejection
+from . import failures, pod_rejection, termination
 from .failures import Failure
 
 COMPONENT = "lighthouse"
@@ -192,21 +192,40 @@ class LighthousePlan:
     create: list[dict[str, Any]] = field(default_factory=list)
     delete: list[str] = field(default_factory=list)
     force_delete: list[str] = field(default_factory=list)
+    # On a lost node that may still run it: (name, seconds until a force-delete may be safe, why).
+    held: list[tuple[str, float, str]] = field(default_factory=list)
 
 
 def plan_lighthouse(
-    wanted: bool, lighthouses: list[dict[str, Any]], build: Callable[[], dict[str, Any]], lost: Callable[[dict], bool]
+    wanted: bool,
+    lighthouses: list[dict[str, Any]],
+    build: Callable[[], dict[str, Any]],
+    lost: Callable[[dict], bool],
+    may_force: Callable[[dict], tuple[bool, float, str]] | None = None,
 ) -> LighthousePlan:
     """Exactly one live Lighthouse while `wanted`, none otherwise. `build()` makes the manifest; `lost(pod)`: its
     node is gone or NotReady past the node grace. One that ended is deleted and its successor comes once it is gone
-    (its name is the DNS name the groups know). One on a lost node is force-deleted at once: unlike a worker it
-    holds no device and no state (the groups keep the step), and every group waits on its name."""
+    (its name is the DNS name the groups know). One on a lost node is force-deleted once `may_force(pod)` says
+    nothing can still run it (termination.force_delete_rule, the workers' rule: the node gone or tainted
+    out-of-service, or NotReady for unreachable_force_delete_seconds); until then it is deleted and held: its
+    process may still answer the groups that reach it, and a second Lighthouse under its name would make a second
+    quorum. (True, 0, "") for every pod without `may_force`."""
     live = [p for p in lighthouses if not p["metadata"].get("deletionTimestamp")]
     if not wanted:
         return LighthousePlan(delete=[p["metadata"]["name"] for p in live])
-    stranded = [p["metadata"]["name"] for p in lighthouses if lost(p)]
+    stranded = [p for p in lighthouses if lost(p)]
     if stranded:
-        return LighthousePlan(force_delete=stranded)
+        force, delete, held = [], [], []
+        for pod in stranded:
+            name = pod["metadata"]["name"]
+            safe, left, why = may_force(pod) if may_force is not None else (True, 0.0, "")
+            if safe:
+                force.append(name)
+                continue
+            held.append((name, left, why))
+            if not pod["metadata"].get("deletionTimestamp"):
+                delete.append(name)
+        return LighthousePlan(force_delete=force, delete=delete, held=held)
     ended = [p for p in live if (p.get("status") or {}).get("phase") in ("Succeeded", "Failed")]
     if ended:
         return LighthousePlan(delete=[p["metadata"]["name"] for p in ended])
@@ -217,6 +236,23 @@ def plan_lighthouse(
 
 def _lost(obs: Observed, grace_seconds: float) -> Callable[[dict], bool]:
     return lambda pod: failures.node_lost(pod, obs.nodes, obs.now, grace_seconds)
+
+
+def _may_force(obs: Observed, unreachable_seconds: float) -> Callable[[dict], tuple[bool, float, str]]:
+    """termination.force_delete_rule for a Lighthouse found on a lost node: (safe now, seconds left, the wait said)."""
+
+    def judge(pod: dict[str, Any]) -> tuple[bool, float, str]:
+        node_name = (pod.get("spec") or {}).get("nodeName") or ""
+        safe, left, _ = termination.force_delete_rule(pod, obs.nodes.get(node_name), obs.now, unreachable_seconds)
+        down = unreachable_seconds - left
+        why = (
+            f"the Lighthouse pod {pod['metadata']['name']} is on node {node_name}, NotReady for {down:.0f}s: deleted; "
+            f"force-deleted once the node is gone or tainted {termination.OUT_OF_SERVICE_TAINT}, or after "
+            f"{unreachable_seconds:g}s NotReady (its process may still run there)"
+        )
+        return safe is True, left, why
+
+    return judge
 
 
 def reconnects_to_a_new_lighthouse(status: JobStatus) -> bool:
@@ -259,9 +295,12 @@ def lighthouse_step(
     plan: Plan,
     build: Callable[[], dict[str, Any]],
     grace_seconds: float,
+    unreachable_force_delete_seconds: float = termination.DEFAULT_UNREACHABLE_FORCE_DELETE_SECONDS,
 ) -> None:
     """The planner's Lighthouse step, after the others: it lives while the job's workers may run (it is made with
-    the first workers, so after Kueue's admission), and goes when the job is suspended or ends."""
+    the first workers, so after Kueue's admission), and goes when the job is suspended or ends. A Lighthouse on a
+    lost node is force-deleted by the workers' rule (plan_lighthouse; PlannerSettings'
+    unreachable_force_delete_seconds)."""
     phase = status.get("phase")
     written = ((obs.job.get("status") or {}).get("phase"), phase)
     stopping = [c.is_terminal(p) or p == c.SUSPENDED for p in written]
@@ -276,7 +315,14 @@ def lighthouse_step(
         and phase != c.SUSPENDED
         and bool(plan.create_pods or obs.pods)
     )
-    decided = plan_lighthouse(wanted, obs.lighthouses, build, _lost(obs, grace_seconds))
+    decided = plan_lighthouse(
+        wanted, obs.lighthouses, build, _lost(obs, grace_seconds), _may_force(obs, unreachable_force_delete_seconds)
+    )
+    for name, left, why in decided.held:
+        plan.requeue(left)  # the force-delete may be safe by then
+        if name in decided.delete:  # said once, with the deletion that starts the wait
+            plan.event("Warning", "LighthouseLost", why)
+    held = {name for name, _, _ in decided.held}
     if decided.create and _held_back(obs, status, plan):
         decided = dataclasses.replace(decided, create=[])
     plan.create_pods[:0] = decided.create  # before the workers: their Managers ask it for a quorum first thing
@@ -294,7 +340,9 @@ def lighthouse_step(
             + ("; the replica groups follow its name to the new one and train on" if follows else ""),
         )
     if follows:
-        ended = [p for p in obs.lighthouses if p["metadata"]["name"] in decided.delete]
+        ended = [
+            p for p in obs.lighthouses if p["metadata"]["name"] in decided.delete and p["metadata"]["name"] not in held
+        ]
         for pod in ended:
             why = (pod.get("status") or {}).get("phase")
             plan.event(

@@ -44,6 +44,34 @@ def out_of_service(node: dict[str, Any]) -> bool:
     return any(t.get("key") == OUT_OF_SERVICE_TAINT for t in (node.get("spec") or {}).get("taints") or [])
 
 
+# PlannerSettings.unreachable_force_delete_seconds' default (the operator's --unreachable-force-delete-seconds).
+DEFAULT_UNREACHABLE_FORCE_DELETE_SECONDS = 300.0
+
+
+def force_delete_rule(
+    pod: dict[str, Any], node: dict[str, Any] | None, now: datetime, unreachable_force_delete_seconds: float
+) -> tuple[bool | None, float, str]:
+    """Whether nothing can still run the pod's containers, so a force-delete is safe (the module's rule):
+    (True, 0, why) now; (False, seconds left, why) on a NotReady node, not yet; (None, 0, "") on a Ready node, never.
+    Also the rule for the job's Lighthouse (replica_groups.plan_lighthouse)."""
+    node_name = (pod.get("spec") or {}).get("nodeName")
+    if not node_name:
+        return True, 0.0, "it was never placed on a node"
+    if node is None:
+        return True, 0.0, f"its node {node_name} no longer exists"
+    if out_of_service(node):
+        return True, 0.0, f"its node {node_name} is tainted {OUT_OF_SERVICE_TAINT}"
+    ready, since = node_ready(node)
+    if ready:
+        return None, 0.0, ""
+    down = (now - since).total_seconds() if since is not None else unreachable_force_delete_seconds
+    left = unreachable_force_delete_seconds - down
+    if left <= 0:
+        return True, 0.0, f"its node {node_name} has been NotReady for {down:.0f}s"
+    why = f"its node {node_name} is NotReady; force-deleted after {unreachable_force_delete_seconds:g}s NotReady"
+    return False, left, why
+
+
 def judge_terminating(
     pod: dict[str, Any],
     node: dict[str, Any] | None,
@@ -52,25 +80,15 @@ def judge_terminating(
     unreachable_force_delete_seconds: float,
 ) -> Verdict:
     """The verdict for a pod that has a deletionTimestamp (its deadline to be gone)."""
-    node_name = (pod.get("spec") or {}).get("nodeName")
-    if not node_name:
-        return Verdict(True, False, None, "it was never placed on a node")
-    if node is None:
-        return Verdict(True, False, None, f"its node {node_name} no longer exists")
-    if out_of_service(node):
-        return Verdict(True, False, None, f"its node {node_name} is tainted {OUT_OF_SERVICE_TAINT}")
+    force, left, why = force_delete_rule(pod, node, now, unreachable_force_delete_seconds)
+    if force:
+        return Verdict(True, False, None, why)
     deadline = parse_time(pod["metadata"].get("deletionTimestamp")) or now
     overdue = (now - deadline).total_seconds() - terminating_grace_seconds
-    ready, since = node_ready(node)
-    if not ready:
-        down = (now - since).total_seconds() if since is not None else unreachable_force_delete_seconds
-        left = unreachable_force_delete_seconds - down
-        if left <= 0:
-            why = f"its node {node_name} has been NotReady for {down:.0f}s"
-            return Verdict(True, False, None, why)
-        why = f"its node {node_name} is NotReady; force-deleted after {unreachable_force_delete_seconds:g}s NotReady"
+    if force is False:  # NotReady, not for long enough yet
         return Verdict(False, overdue >= 0, left if overdue >= 0 else min(left, -overdue), why)
     if overdue >= 0:
+        node_name = (pod.get("spec") or {}).get("nodeName")
         why = f"its node {node_name} is Ready but has not confirmed the deletion; check the kubelet there"
         return Verdict(False, True, None, why)
     return Verdict(False, False, -overdue, "")
