@@ -318,10 +318,10 @@ def lighthouse_step(
     decided = plan_lighthouse(
         wanted, obs.lighthouses, build, _lost(obs, grace_seconds), _may_force(obs, unreachable_force_delete_seconds)
     )
-    for name, left, why in decided.held:
+    for name, left, said in decided.held:
         plan.requeue(left)  # the force-delete may be safe by then
         if name in decided.delete:  # said once, with the deletion that starts the wait
-            plan.event("Warning", "LighthouseLost", why)
+            plan.event("Warning", "LighthouseLost", said)
     held = {name for name, _, _ in decided.held}
     if decided.create and _held_back(obs, status, plan):
         decided = dataclasses.replace(decided, create=[])
