@@ -37,10 +37,10 @@ class Workload:
     model: nn.Module
     train_set: Dataset
     sample_losses: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]  # (output, target) -> loss per sample, [b]
-    # The loss traced into the compiled step (ddp_model.WithLoss), where sample_losses is shaped for eager (gpt's is
-    # chunked under activation checkpointing, which the compiler need not see); None: sample_losses.
-    compiled_sample_losses: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None
     evaluate: Callable[[nn.Module, torch.device], float] | None = None  # rank 0, after the last step
     final_metric: str = "final_loss"  # name printed on the done line
     flops_per_sample: float = 0.0  # forward + backward, for MFU; 0 when unknown
     tokens_per_sample: int = 0  # sequence workloads: tokens a sample trains on, for tokens/s; 0 when not tokens
+    # The loss traced into the compiled step (ddp_model.WithLoss), where sample_losses is shaped for eager (gpt's is
+    # chunked under activation checkpointing, which the compiler need not see); None: sample_losses.
+    compiled_sample_losses: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None
