@@ -428,3 +428,25 @@ def test_kubectl_ddpj_why_names_the_queue_its_position_and_the_job_holding_the_q
     assert "Kueue has not admitted it: it waits in LocalQueue q for quota" in out.stdout, out.stdout
     assert f"holding quota: {ns}/" in out.stdout and "first" in out.stdout, out.stdout
     assert "position 1 in LocalQueue q" in out.stdout, out.stdout
+
+
+def test_a_rendezvous_edit_of_a_running_in_place_job_keeps_its_workload_and_its_pods(kube, ns, nodes):
+    """Issue 54, defect 1: the pod set's hash covered the operator's injected env, so a legal edit of a running job
+    (or an operator upgrade) replaced its admitted Workload and stopped its pods. Now only what Kueue admits on
+    counts: the edit is taken in (observedGeneration) and the Workload and every pod stay."""
+    nodes(2)
+    queue(kube, ns, gpus=16)
+    kube.apply(queued_job("ip", runPolicy={"restartStrategy": "InPlace"}))
+    kube.wait_phase("ip", "Running", timeout=ADMIT_WITHIN)
+    (before_wl,) = workloads(kube, "ip")
+    pods_before = sorted(p["metadata"]["uid"] for p in kube.pods("ip"))
+    kube("patch", "ddpjob", "ip", "--type=merge", "-p", json.dumps({"spec": {"rendezvous": {"joinTimeoutSeconds": 900}}}))
+    generation = json.loads(kube("get", "ddpjob", "ip", "-o", "json").stdout)["metadata"]["generation"]
+    status = kube.wait_status("ip", lambda s: s.get("observedGeneration") == generation, timeout=60,
+                              what="the edit planned on")
+    assert (status["phase"], status["attempt"]) == ("Running", 0), status
+    (after_wl,) = workloads(kube, "ip")
+    assert after_wl["metadata"]["uid"] == before_wl["metadata"]["uid"], "the admitted Workload was replaced"
+    assert condition(after_wl["status"], "Admitted").get("status") == "True", after_wl["status"]
+    assert sorted(p["metadata"]["uid"] for p in kube.pods("ip")
+                  if not p["metadata"].get("deletionTimestamp")) == pods_before
