@@ -95,3 +95,35 @@ def test_the_inductor_compiled_gpt_loss_and_gradients_equal_the_eager_chunked_on
     for got, want in zip((p.grad for p in model.parameters()), eager_grads, strict=True):
         torch.testing.assert_close(got, want, rtol=1e-3, atol=1e-5)
 
+
+def failing_compiler(monkeypatch) -> None:
+    def backend(gm, example_inputs):
+        raise RuntimeError("no C++ compiler found")  # what a broken toolchain or an inductor bug ends in
+
+    monkeypatch.setattr(torch, "compile", functools.partial(torch.compile, backend=backend))
+
+
+@pytest.mark.parametrize("mode", ["auto", "on"])
+def test_a_failing_compile_falls_back_to_eager_under_auto_and_stops_the_run_when_asked_for(
+    tmp_path, one_rank_group, monkeypatch, fresh_dynamo, capsys, mode  # noqa: F811
+):
+    from ddp_trainer import trainer as trainer_module
+
+    failing_compiler(monkeypatch)
+    monkeypatch.setattr(trainer_module, "use_compile", lambda *args, **kwargs: (True, None))  # as on CUDA
+    cfg = parse_config(["--workload", "digits", "--train.steps", "1", "--metrics.port", "0", "--ddp.compile", mode,
+                        "--train.global-batch-size", "8"], {})
+    trainer = Trainer(cfg, ONE_RANK, torch.device("cpu"), Identity("fallback", "0", 0))
+    x, y = trainer._next_batch(iter(trainer.data_loader()))
+    if mode == "on":
+        with pytest.raises(torch._dynamo.exc.BackendCompilerFailed, match="no C\\+\\+ compiler found"):
+            trainer._forward_backward(x, y)
+        return
+    total = trainer._forward_backward(x, y)
+    warnings = capsys.readouterr().err
+    assert "compile auto: torch.compile failed (BackendCompilerFailed: " in warnings, warnings
+    assert "no C++ compiler found" in warnings and "training eagerly" in warnings
+    assert trainer.compiled is False and trainer.model is trainer.ddp
+    eager = trainer.workload.sample_losses(trainer.net(x), y).detach().sum()
+    torch.testing.assert_close(total, eager)
+    assert all(p.grad is not None for p in trainer.net.parameters())

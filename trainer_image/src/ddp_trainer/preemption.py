@@ -154,11 +154,19 @@ class StepVote:
                 self.group = cast(dist.ProcessGroup, dist.new_group(backend="gloo"))
         self.ballot = torch.zeros(2)
         self.pending: dist.Work | None = None
+        self.cast = 0  # ballots cast
+
+    @property
+    def read_ballot(self) -> int:
+        """Which ballot (1 for the first cast) the verdict step() just returned counted: the one cast with it, or
+        when the vote is asynchronous the one before."""
+        return self.cast - (0 if self.synchronous or self.group is None else 1)
 
     def step(self, ask_to_save: bool = False) -> Verdict:
         """After each step: the result of the previous vote, then cast the next one; on CPU the vote of this very
         step. Without a group (a single process outside torchrun) this process's own ballot is the verdict."""
         ballot = torch.tensor([float(self.flag.requested), float(ask_to_save)])
+        self.cast += 1
         if self.synchronous:
             dist.all_reduce(ballot)
             return _verdict(ballot)

@@ -138,6 +138,7 @@ class Trainer:
         self.preemption = PreemptionFlag().install()
         self.vote = StepVote(self.preemption)
         self.asked_to_save = False  # rank 0 cast a vote for a checkpoint by time that has not been written yet
+        self.saved_after_ballot = 0  # ballots the vote had cast when the last checkpoint was written
         self.step, self.samples, self.position = 0, 0, SamplePosition()
         self.last_checkpoint_step, self.last_checkpoint_time = -1, time.monotonic()
         self.checkpoint_load_seconds = 0.0
@@ -505,11 +506,28 @@ class Trainer:
         return total
 
     def _sample_losses(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        with autocast_context(self.device, self.precision):
-            if self.loss_in_model:
-                return self.model(x, y)
-            output = self.model(x)
+        try:
+            with autocast_context(self.device, self.precision):
+                if self.loss_in_model:
+                    return self.model(x, y)
+                output = self.model(x)
+        except Exception as e:
+            if not (self.compiled and self.cfg.ddp.compile == "auto" and compile_failed(e)):
+                raise
+            self._run_eager(e)
+            return self._sample_losses(x, y)
         return self.workload.sample_losses(output, y)
+
+    def _run_eager(self, error: BaseException) -> None:
+        """--ddp.compile auto: a compiler that fails (a missing C++ toolchain, an inductor bug, an unsupported op)
+        costs the run its speed-up, not the run. The same DDP module runs eagerly from here on (a compiled loss stays
+        in it, unfused); --ddp.compile on keeps the error."""
+        said = " ".join(line.strip() for line in str(error).splitlines()[:2] if line.strip())  # "backend raised:" + why
+        self._warn(
+            f"compile auto: torch.compile failed ({type(error).__name__}: {said[:300]}); training eagerly. "
+            "--ddp.compile on makes this an error, off skips compiling"
+        )
+        self.model, self.compiled, self.compile_watch = self.ddp, False, None
 
     def _observe_phases(self, data: float, forward_backward: float, optimizer: float) -> None:
         self.metrics.phase["data"].observe(data)
@@ -556,7 +574,10 @@ class Trainer:
         if self.step == self.last_checkpoint_step:
             self.asked_to_save = False  # the checkpoint of this step answers a request by time too
             return False
-        return True
+        # A request by time read a step late (the vote is asynchronous on a GPU), which a save made after it was cast
+        # (the step cadence's, at that step) answered already: a second save would only repeat it.
+        answered = asked and not self._save_by_steps() and self.saved_after_ballot >= self.vote.read_ballot
+        return not answered
 
     def _save_by_steps(self) -> bool:
         every = self.cfg.checkpoint.every_steps
@@ -618,6 +639,7 @@ class Trainer:
             self.metrics.record_checkpoint(self.step, now)
             self.metrics.last_checkpoint_seconds.set(time.monotonic() - started)
         self.last_checkpoint_step, self.last_checkpoint_time = self.step, time.monotonic()
+        self.saved_after_ballot = self.vote.cast
         self.metrics.checkpoint_save_seconds.observe(self.last_checkpoint_time - started)
         self.asked_to_save = False
 
@@ -644,6 +666,14 @@ class Trainer:
 
     def _warn(self, message: str) -> None:
         warn(self.who, message)
+
+
+def compile_failed(error: BaseException) -> bool:
+    """An error of torch.compile's (dynamo, the backend, inductor), not of the model or the data."""
+    from torch._dynamo.exc import TorchDynamoException
+
+    inductor_error = getattr(torch._inductor.exc, "InductorError", None) if hasattr(torch, "_inductor") else None
+    return isinstance(error, TorchDynamoException) or (inductor_error is not None and isinstance(error, inductor_error))
 
 
 def gather_to_rank_0(mine: dict, env: DistEnv) -> list[dict] | None:
