@@ -261,9 +261,9 @@ class Trainer:
             return None
         check_resumable(str(path), meta["meta"], self.shape)
         model, optim = get_state_dict(self.net, self.base_optimizer)
-        check_keys(str(path), model_and_optimizer_keys(keys), state_keys(model, optim))
         ours = model_and_optimizer_keys(keys)
-        stored = {k: shape for k, shape in keys.items() if k in ours and shape is not None}
+        check_keys(str(path), ours, state_keys(model, optim))
+        stored = {k: shape for k in ours if (shape := keys[k]) is not None}
         check_shapes(str(path), stored, state_shapes(model, optim))
         mine = str(self.data_rank)
         request: dict = {"model": model, "optim": optim}
