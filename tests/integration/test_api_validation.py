@@ -119,6 +119,12 @@ INVALID = [
     ("InPlace: rendezvous port on the agents' restart-count port",
      with_spec(runPolicy__restartStrategy="InPlace", rendezvous={"port": 9399}),
      "spec.rendezvous.port 9399 is where each pod's torchrun agent serves its in-place restart count"),
+    ("InPlace: a metrics port on the agents' restart-count port",
+     with_spec(runPolicy__restartStrategy="InPlace", template={"spec": {"containers": [
+         {"name": "trainer", "image": "example.invalid/trainer:1",
+          "ports": [{"name": "metrics", "containerPort": 9399}]}]}}),
+     "containerPort 9399 is where each pod's torchrun agent serves its in-place restart count under restartStrategy "
+     "InPlace; use another port"),
     ("more processes than GPUs", with_spec(gpusPerReplica=2, nprocPerNode=4),
      "(one trainer process per GPU): lower nprocPerNode, raise gpusPerReplica, or set nprocPerNode: auto"),
     ("shm size not a quantity", with_spec(shmSize="lots"),
@@ -199,6 +205,7 @@ def test_defaults_are_applied(kube, crds):
     ("metrics port 9400 with the NetworkPolicy", with_metrics_port(9400)),
     ("any metrics port without the NetworkPolicy", with_metrics_port(8080, network_policy=False)),
     ("TorchFT with its defaults", with_spec(faultTolerance={"mode": "TorchFT"})),
+    ("a metrics port 9399 under Recreate (no agent port)", with_metrics_port(9399, network_policy=False)),
     ("TorchFT with restarts in place", with_spec(faultTolerance={"mode": "TorchFT"}, runPolicy__restartStrategy="InPlace")),
     ("template fields typed as a pod's", with_template(
         metadata={"labels": {"tier": "1"}, "annotations": {"a": "true"}}, terminationGracePeriodSeconds=30,

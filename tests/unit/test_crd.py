@@ -54,7 +54,8 @@ def test_cel_rules_cover_the_issue():
     text = CRD.read_text()
     for needle in ("spec.replicas must be within", "minReplicas must be <=", "spec.rendezvous.port is immutable",
                    "is set by the operator", "spec.template may only change while the job is suspended",
-                   "spec.nprocPerNode must be an integer"):
+                   "spec.nprocPerNode must be an integer",
+                   "containerPort 9399 is where each pod's torchrun agent serves"):
         assert needle in text, needle
 
 
