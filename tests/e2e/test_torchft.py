@@ -194,3 +194,34 @@ def test_a_deleted_lighthouse_is_made_again_and_the_groups_train_on_in_their_att
     cluster.kubectl("-n", namespace, "delete", "ddpj", JOB, "--wait=false")
     wait_until(lambda: not _uids(cluster, namespace, JOB), timeout=120, interval=0.5,
                what="the job's pods and Lighthouse gone with it")
+
+
+def test_every_groups_trainer_killed_at_once_is_one_group_recreation(cluster, operator, namespace):
+    """Issue 54, defect 2: four replica groups with backoffLimit 3, all four trainers killed at once (a bad batch, a
+    full disk): each group's loss was charged one by one, and the job failed BackoffLimitExceeded with RESTARTS 0.
+    Now it is one group recreation from the checkpoint, RESTARTS 1, and the new attempt trains on."""
+    job = digits_job(name=JOB, steps=STEPS, every=50, replicas=4, nprocPerNode=1, faultTolerance=TORCHFT,
+                     runPolicy={"backoffLimit": 3, "restartBackoffSeconds": 0})
+    apply_job(cluster, namespace, job)
+    wait_until(lambda: scrape(cluster, namespace, 0).get("ddp_trainer_replica_groups") == 4
+               and scrape(cluster, namespace, 0).get("ddp_trainer_step", 0) >= 60,
+               timeout=JOB_TIMEOUT, interval=0.5, what="four replica groups training past a checkpoint")
+    running = pods(cluster, namespace, JOB)
+    victims = [find_worker_process(localnode.CLUSTER_DIR, running, replica=str(i)) for i in range(4)]
+    assert all(victims), f"not every group's trainer found: {victims}"
+    for victim in victims:
+        os.kill(victim.pid, signal.SIGKILL)
+
+    status = wait_until(lambda: (s := job_status(cluster, namespace, JOB)).get("attempt", 0) >= 1
+                        and s.get("phase") == "Running" and s, timeout=JOB_TIMEOUT, interval=0.5,
+                        what="the group recreated and running")
+    assert (status["attempt"], status["restarts"], status.get("platformRestarts", 0)) == (1, 1, 0), status
+    assert status["recoveries"][-1]["how"] == "GroupRecreated", status["recoveries"]
+    reasons = [e["reason"] for e in _events(cluster, namespace, JOB)]
+    assert "BackoffLimitExceeded" not in reasons and reasons.count("Restarting") == 1, reasons
+    resumed = wait_until(lambda: scrape(cluster, namespace, 0).get("ddp_trainer_step"), timeout=JOB_TIMEOUT,
+                         interval=0.5, what="the new attempt's worker 0 serving its step")
+    wait_until(lambda: scrape(cluster, namespace, 0).get("ddp_trainer_step", 0) > resumed + 20, timeout=JOB_TIMEOUT,
+               interval=0.5, what="the new attempt training on")
+    cluster.kubectl("-n", namespace, "delete", "ddpj", JOB, "--wait=false")
+    wait_until(lambda: not _uids(cluster, namespace, JOB), timeout=120, interval=0.5, what="the job's pods gone")

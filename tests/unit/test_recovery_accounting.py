@@ -8,7 +8,7 @@ import dataclasses
 from datetime import timedelta
 
 import pytest
-from job_builders import NOW, make_job, make_node, make_pod, observe, running_pods
+from job_builders import NOW, ago, make_job, make_node, make_pod, observe, running_pods
 
 from ddpjob_operator.admission import kueue
 from ddpjob_operator.planner import PlannerSettings, plan_reconcile
@@ -176,3 +176,17 @@ def test_a_replacement_lost_before_it_ran_retires_its_predecessor():
     assert status["replacing"] == {"1": "pod-1-second"}
     assert "pod-1-0" in status["retiredUids"], "the first lost pod stays retired: never current, never charged again"
     assert status["platformRestarts"] == 2
+
+
+# --- defect 2, seen over two passes: one group first, then the rest before its replacement ran --------------------
+def test_the_last_groups_lost_while_one_is_replaced_are_one_recreation_charged_once():
+    job = make_job("a").replicas(4).backoff_limit(1)
+    job.obj["spec"]["faultTolerance"] = {"mode": "TorchFT"}
+    # Group 0's loss, one pass before the others': charged, its replacement Pending, its recovery open.
+    job = job.running(restarts=1).status(replacing={"0": "pod-0-0"}, recoveries=[
+        {"id": 1, "time": ago(2), "how": "ReplicaGroupReplaced", "attempt": 0, "pod": "a-worker-0", "kind": "Signal",
+         "ranks": 1, "stepsLost": 0}])
+    pods = [make_pod("a", 0).pending().build(), *(make_pod("a", i).failed(137, signal=9).build() for i in (1, 2, 3))]
+    pods[0]["metadata"]["uid"] = "pod-0-new"
+    status = plan_reconcile(observe(job.build(), pods), SETTINGS).status
+    assert (status["phase"], status["attempt"], status["restarts"]) == ("Restarting", 1, 1), status

@@ -120,10 +120,15 @@ def decide(
     cause = failures.root_cause(found)
     kind = failure_class.class_of(cause)
     counts, was_reset = failure_class.counts_before(status, obs.now, spec.run_policy.healthy_reset_seconds)
+    alone = replace_pod.pods_to_replace(spec, found, pods.current, status) is not None
+    if spec.fault_tolerance.torchft and not alone and status.get("replacing"):
+        # TorchFT: the last groups lost while others are still being replaced leave no live group (a common-mode
+        # crash seen over a few passes: one group, then the rest). The group is recreated as one incident: the
+        # replacements it cuts short are charged back, and the recreation is charged once, below.
+        counts = _refund_replacements(status, counts)
     budget = RestartBudget(limit=spec.run_policy.backoff_limit, used=counts.trainer)
     platform = RestartBudget(limit=spec.run_policy.platform_failure_limit, used=counts.platform)
     decision = decide_restart(spec.restart_policy, cause, budget, platform)
-    alone = replace_pod.pods_to_replace(spec, found, pods.current, status) is not None
     if decision.action == RESTART and len(found) > 1 and spec.fault_tolerance.torchft and alone:
         # Replica groups replaced one by one each spend their class's budget; groups that all failed together are
         # one group recreation (below), charged once, to the root cause's class.
@@ -188,6 +193,25 @@ def decide(
     plan.observe("group_restarts", reason=decision.reason)
     plan.requeue(0)
     return out
+
+
+def _refund_replacements(status: JobStatus, counts: failure_class.Counts) -> failure_class.Counts:
+    """The counts less what the open replica-group replacements of this attempt charged: one unit of the cause's
+    class per pass that replaced groups (replace_pod.replace_alone records one entry per pass)."""
+    back = {failure_class.TRAINER: 0, failure_class.PLATFORM: 0}
+    for entry in status.get("recoveries") or []:
+        if (
+            entry.get("how") == recoveries.REPLICA_GROUP_REPLACED
+            and entry.get("attempt") == status.get("attempt")
+            and recoveries.is_open(entry)
+        ):
+            klass = (
+                failure_class.PLATFORM if entry.get("kind") in failure_class.PLATFORM_KINDS else failure_class.TRAINER
+            )
+            back[klass] += 1
+    return failure_class.Counts(
+        max(0, counts.trainer - back[failure_class.TRAINER]), max(0, counts.platform - back[failure_class.PLATFORM])
+    )
 
 
 def fail_with(
