@@ -124,3 +124,27 @@ def test_a_deleted_pod_is_replaced_alone_and_a_replacement_lost_in_turn_is_repla
 def last_step_now(cluster, namespace: str) -> int:
     steps = parse_trainer_log(worker0_log(cluster, namespace)).steps
     return steps[-1] if steps else 0
+
+
+def test_a_plain_pod_delete_after_an_in_place_restart_costs_one_platform_disruption_and_nothing_else(
+        cluster, operator, namespace):
+    """Issue 54, seen live: after one in-place restart, `kubectl delete pod` of a survivor was charged ReplacingPod
+    (platform 1/20) and then the agents' counts, read after their baselines were lost, as three trainer restarts:
+    Failed BackoffLimitExceeded. backoffLimit 1 here: any trainer charge past the first fails the job."""
+    job = digits_job(steps=800, every=20, replicas=3, nprocPerNode=1,
+                     runPolicy={**IN_PLACE, "backoffLimit": 1})
+    apply_job(cluster, namespace, job)
+    wait_for_step(cluster, namespace, 60)
+    victim = find_worker_process(localnode.CLUSTER_DIR, pods(cluster, namespace, "digits"), replica="1")
+    assert victim, "no trainer worker process found under digits-worker-1"
+    os.kill(victim.pid, signal.SIGKILL)
+    wait_until(lambda: job_status(cluster, namespace, "digits").get("restarts") == 1, timeout=JOB_TIMEOUT,
+               interval=0.5, what="the in-place restart counted")
+    wait_for_step(cluster, namespace, last_step_now(cluster, namespace) + 40)
+    cluster.kubectl("-n", namespace, "delete", "pod", "digits-worker-1", "--wait=false")
+    status = run_to_end(cluster, namespace)
+    assert status["phase"] == "Succeeded", status
+    assert (status["attempt"], status["restarts"], status["platformRestarts"]) == (0, 1, 1), status
+    assert [r["how"] for r in status["recoveries"]] == ["InPlace", "PodReplaced"], status["recoveries"]
+    reasons = [e["reason"] for e in _events(cluster, namespace, "digits")]
+    assert reasons.count("RestartedInPlace") == 1 and "ReplacingPod" in reasons, reasons
