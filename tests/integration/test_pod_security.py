@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import copy
 import json
+import time
 from pathlib import Path
 
 import pytest
@@ -78,3 +79,61 @@ def test_a_torchft_job_in_a_restricted_namespace_gets_its_lighthouse(kube, opera
     created = [x for x in status.get("conditions") or [] if x["type"] == "PodsCreated"]
     assert all(x["status"] == "True" for x in created), created
     assert "FailedCreate" not in {e["reason"] for e in kube.events("ft")}
+
+
+def refuse_lighthouses(cluster, namespace: str, name: str):
+    """A ValidatingAdmissionPolicy (the API server's own, no webhook) that refuses, as Forbidden, every Lighthouse
+    pod created in `namespace`: a refusal that may pass later, as a quota's or a webhook's."""
+    policy = {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicy",
+              "metadata": {"name": name},
+              "spec": {"failurePolicy": "Fail",
+                       "matchConstraints": {"resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"],
+                                                               "operations": ["CREATE"], "resources": ["pods"]}]},
+                       "validations": [{"expression": "!has(object.metadata.labels) || !('app.kubernetes.io/component'"
+                                                      " in object.metadata.labels) || object.metadata.labels["
+                                                      "'app.kubernetes.io/component'] != 'lighthouse'",
+                                        "message": "no Lighthouse here (test policy)", "reason": "Forbidden"}]}}
+    binding = {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicyBinding",
+               "metadata": {"name": name},
+               "spec": {"policyName": name, "validationActions": ["Deny"],
+                        "matchResources": {"namespaceSelector": {"matchLabels": {
+                            "kubernetes.io/metadata.name": namespace}}}}}
+    for obj in (policy, binding):
+        cluster.kubectl("apply", "-f", "-", input=json.dumps(obj))
+
+
+def test_a_refused_lighthouse_is_shown_in_status_and_an_event_and_retried_not_hot_looped(cluster, kube, operator):
+    name = f"deny-lighthouse-{kube.ns[-5:]}"
+    refuse_lighthouses(cluster, kube.ns, name)
+    try:
+        # The policy takes a moment to reach the API server's admission: wait until it refuses.
+        probe = {"apiVersion": "v1", "kind": "Pod", "metadata": {
+            "name": "probe", "labels": {"app.kubernetes.io/component": "lighthouse"}},
+            "spec": {"containers": [{"name": "c", "image": "example.invalid/x:1"}]}}
+        wait_until(lambda: kube("create", "--dry-run=server", "-f", "-", input=json.dumps(probe),
+                                check=False).returncode != 0, timeout=30, what="the policy enforced")
+        kube.apply(restricted_torchft_job("refused"))
+
+        def shown(status):
+            created = [x for x in status.get("conditions") or [] if x["type"] == "PodsCreated"]
+            return created and created[0]["status"] == "False"
+
+        status = kube.wait_status("refused", shown, timeout=60, what="PodsCreated=False")
+        (created,) = [x for x in status["conditions"] if x["type"] == "PodsCreated"]
+        assert created["reason"] == "FailedCreate"
+        assert "pod refused-lighthouse was rejected by the API server" in created["message"], created
+        assert "no Lighthouse here (test policy)" in created["message"] and "(HTTP 403); retrying" in created["message"]
+        wait_until(lambda: any(e["reason"] == "FailedCreate" and e["type"] == "Warning"
+                               for e in kube.events("refused")), timeout=30, what="the FailedCreate event")
+        # Retried every RETRY_SECONDS (10 s), not at once: over 12 s at most a few tries, not hundreds.
+        before = operator.process.metric("ddpjob_reconcile_duration_seconds_count")
+        time.sleep(12)
+        passes = operator.process.metric("ddpjob_reconcile_duration_seconds_count") - before
+        assert passes < 30, f"{passes} passes in 12 s: the refusal is hot-looped"
+        assert kube.get("pod", "refused-lighthouse") is None
+    finally:
+        cluster.kubectl("delete", "validatingadmissionpolicybinding", name, "--ignore-not-found", check=False)
+        cluster.kubectl("delete", "validatingadmissionpolicy", name, "--ignore-not-found", check=False)
+    lighthouse = wait_until(lambda: kube.get("pod", "refused-lighthouse"), timeout=60,
+                            what="the Lighthouse created once the refusal passes")
+    assert lighthouse["metadata"]["labels"]["app.kubernetes.io/component"] == "lighthouse"
