@@ -42,3 +42,60 @@ def test_may_lead_only_after_watching_the_peering(name, by_rule, watched, want):
 def test_the_settle_time_outlasts_a_peers_poll():
     """A displaced standby polls every POLL_SECONDS: it has seen the returning primary before the primary acts."""
     assert SETTLE_SECONDS > 2 * POLL_SECONDS
+
+
+# --- issue 54, defect 12: after a failover, lead only from a fresh listing -----------------------------------------
+def test_a_cache_is_fresh_only_while_every_stream_it_knows_has_listed():
+    from ddpjob_operator.controller.relist import ListingStates
+
+    states = ListingStates()
+    assert states.fresh(), "no stream yet: nothing stale"
+    pods, jobs = ("pods", "ns"), ("ddpjobs", "ns")
+    states.started(pods)
+    states.started(jobs)
+    states.listed(pods)
+    assert not states.fresh() and states.stale() == ["ddpjobs in ns"], "one stream still listing"
+    states.listed(jobs)
+    assert states.fresh()
+    states.stopped(pods)  # kopf paused a standby: its indexes stop changing from here on
+    assert not states.fresh() and states.stale() == ["pods in ns"]
+    states.started(pods)  # the lead taken: kopf resumes, the stream lists again
+    assert not states.fresh(), "planning now would read the frozen indexes of the pause"
+    states.listed(pods)
+    assert states.fresh()
+
+
+def test_the_layer_marks_each_stream_through_kopfs_continuous_watch(monkeypatch):
+    """relist.install() wraps continuous_watch too, which infinite_watch calls by its module name for each
+    (re)started stream: listing from its start, listed at its Bookmark.LISTED, stopped at its end."""
+    import asyncio
+    import inspect
+
+    from kopf._cogs.clients import watching
+
+    from ddpjob_operator.controller import relist
+
+    assert "stream = continuous_watch(" in inspect.getsource(watching.infinite_watch)
+    seen: list[bool] = []
+
+    async def kopfs_stream(**kwargs):  # as kopf's: the listing, its bookmark, then the watch
+        seen.append(relist.LISTINGS.fresh())
+        yield {"type": None, "object": {"metadata": {"uid": "a"}}}
+        seen.append(relist.LISTINGS.fresh())
+        yield watching.Bookmark.LISTED
+        seen.append(relist.LISTINGS.fresh())
+
+    monkeypatch.setattr(watching, "continuous_watch", kopfs_stream)
+    monkeypatch.setattr(watching, "infinite_watch", watching.infinite_watch)
+    monkeypatch.setattr(relist, "_installed", False)
+    monkeypatch.setattr(relist, "LISTINGS", relist.ListingStates())
+    relist.install()
+    assert watching.continuous_watch.__module__ == relist.__name__
+
+    async def run():
+        async for _ in watching.continuous_watch(resource="pods", namespace="t"):
+            pass
+
+    asyncio.run(run())
+    assert seen == [False, False, True]
+    assert not relist.LISTINGS.fresh(), "the stream ended (a pause, or a failure before a relist): stopped"

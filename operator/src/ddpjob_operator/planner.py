@@ -133,7 +133,15 @@ def plan_reconcile(obs: Observed, settings: PlannerSettings = PlannerSettings())
 
     status = _plan_steps(obs, settings, ref, spec, status, plan)
     grace = settings.node_lost_grace_seconds
-    replica_groups.lighthouse_step(obs, spec, status, plan, lambda: builders.build_lighthouse_pod(ref, spec), grace)
+    replica_groups.lighthouse_step(
+        obs,
+        spec,
+        status,
+        plan,
+        lambda: builders.build_lighthouse_pod(ref, spec),
+        grace,
+        settings.unreachable_force_delete_seconds,
+    )
     if status != old:
         plan.status = status
     return plan

@@ -236,6 +236,7 @@ def build_registry(config: OperatorConfig) -> kopf.OperatorRegistry:
             config.peering,
             config.namespaces,
             on_lead=lambda: _resync_now(rt),
+            fresh=relist.listings_fresh,
         )
         rt.reconciler.leading = lead.leading
         rt.reconciler.budget = WriteBudget(config.status_writes_per_second, time.monotonic)

@@ -15,7 +15,8 @@ An operator that has just started leads only after it has watched the peering fo
 peer's poll. Two operators started together (`helm install` of the chart's primary and standby) would otherwise
 both lead at first, each before the other's entry was there: on the real nodes the standby created a job's pods
 and stood down 2 s later. A primary that returns waits the same, so the standby it displaces has polled, seen it
-and stopped before the primary acts."""
+and stopped before the primary acts. And it leads only once every watch stream has listed since kopf resumed it
+(relist.ListingStates): until then the indexes are the frozen ones of the pause."""
 
 from __future__ import annotations
 
@@ -84,6 +85,7 @@ class Leadership:
         peering: str | None,
         namespaces: tuple[str, ...],
         on_lead: Callable[[], None] | None = None,
+        fresh: Callable[[], bool] = lambda: True,
     ):
         self.custom = client.CustomObjectsApi(api) if api is not None else None
         self.identity, self.priority, self.peering = identity, priority, peering
@@ -92,6 +94,7 @@ class Leadership:
         self.namespaces = tuple(n for n in namespaces if not any(ch in n for ch in "*?["))
         self.clusterwide = not namespaces
         self.on_lead = on_lead
+        self.fresh = fresh  # every watch stream has listed since it (re)started (relist.ListingStates)
         self._leading = peering is None  # a peering operator starts paused, as kopf starts it
 
     def leading(self) -> bool:
@@ -127,8 +130,17 @@ class Leadership:
                 now = datetime.now(UTC)
                 first_read = first_read or now
                 by_rule = all(leads(o.get("status") or {}, self.identity, self.priority, now) for o in objects)
-                leading = may_lead(by_rule, (now - first_read).total_seconds())
-                role = "leading" if leading else "settling in" if by_rule else "standing by in"
+                settled = may_lead(by_rule, (now - first_read).total_seconds())
+                leading = settled and self.fresh()
+                role = (
+                    "leading"
+                    if leading
+                    else "catching up (watch streams still listing) in"
+                    if settled
+                    else "settling in"
+                    if by_rule
+                    else "standing by in"
+                )
             except (ApiException, OSError) as exc:  # unknown: keep what we knew; kopf's own pause still holds
                 log.debug("cannot read the peering %s: %s", self.peering, exc)
                 leading, role = self._leading, said

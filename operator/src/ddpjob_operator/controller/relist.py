@@ -66,6 +66,43 @@ class ListingTracker:
         return [{"type": "DELETED", "object": self.known.pop(uid)} for uid in gone]
 
 
+class ListingStates:
+    """Where each watch stream stands: `listing` from the moment kopf (re)starts it (continuous_watch lists first),
+    `listed` once its listing is over, `stopped` when it ends (kopf paused a standby, or the stream failed and is
+    about to list again). A cache is fresh only while every stream it has known is `listed`: a standby's indexes
+    stop changing when kopf pauses it, and after a failover the new leader planned from them, frozen, until kopf's
+    relist ended (force-deletes decided from stale NotReady times). Pure: fed by the layer below."""
+
+    def __init__(self) -> None:
+        self.state: dict[tuple[str, str | None], str] = {}
+
+    def started(self, key: tuple[str, str | None]) -> None:
+        self.state[key] = "listing"
+
+    def listed(self, key: tuple[str, str | None]) -> None:
+        self.state[key] = "listed"
+
+    def stopped(self, key: tuple[str, str | None]) -> None:
+        self.state[key] = "stopped"
+
+    def fresh(self) -> bool:
+        return all(state == "listed" for state in self.state.values())
+
+    def stale(self) -> list[str]:
+        return sorted(
+            f"{resource}{'' if ns is None else ' in ' + ns}"
+            for (resource, ns), st in self.state.items()
+            if st != "listed"
+        )
+
+
+LISTINGS = ListingStates()  # the operator process's streams (leadership.py asks it before leading)
+
+
+def listings_fresh() -> bool:
+    return LISTINGS.fresh()
+
+
 _installed = False
 
 
@@ -77,6 +114,19 @@ def install() -> None:
     from kopf._cogs.clients import watching  # the layer this fixes; pinned kopf version in the lock
 
     original = watching.infinite_watch
+    original_stream = watching.continuous_watch
+
+    async def continuous_watch(**kwargs: Any) -> AsyncIterator[Any]:
+        # One call per (re)started stream: it lists, then watches (infinite_watch calls it by its module name).
+        key = (str(kwargs.get("resource")), kwargs.get("namespace"))
+        LISTINGS.started(key)
+        try:
+            async for raw in original_stream(**kwargs):
+                if raw is watching.Bookmark.LISTED:
+                    LISTINGS.listed(key)
+                yield raw
+        finally:
+            LISTINGS.stopped(key)
 
     async def infinite_watch(**kwargs: Any) -> AsyncIterator[Any]:
         # One tracker per watcher, for its whole life (every reconnect and relist of its stream): two watchers of
@@ -99,6 +149,7 @@ def install() -> None:
             yield raw
 
     watching.infinite_watch = infinite_watch
+    watching.continuous_watch = continuous_watch
     _installed = True
 
 
