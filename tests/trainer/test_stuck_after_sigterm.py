@@ -116,3 +116,60 @@ def _alive(pid: int) -> bool:
             return f.read().split(") ", 1)[1].split()[0] != "Z"
     except (FileNotFoundError, ProcessLookupError):
         return False
+
+
+@pytest.mark.parametrize("phase", ["a quorum (torchft: waiting on the other groups, or healing from one)",
+                                   "torch.compile compiling a graph"])
+def test_a_step_that_waits_or_compiles_after_sigterm_is_not_stuck(phase):
+    """Only a step that computes is timed: a quorum has its own timeout, and compiling (the first step, a guard that
+    failed) takes minutes with no peer involved. The wait starts again where the phase ends."""
+    clock = Clock()
+    flag = flag_after([0.1] * 5, clock)
+    flag.signalled("SIGTERM")
+    with flag.not_computing():
+        clock.now += 600
+        assert flag.stuck_for() is None, phase
+    clock.now += 9
+    assert flag.stuck_for() is None, phase
+    clock.now += 1
+    assert flag.stuck_for() == pytest.approx(10), phase
+
+
+def test_a_phase_that_ends_leaves_the_next_one_timed_when_nested():
+    clock = Clock()
+    flag = flag_after([0.1] * 5, clock)
+    flag.signalled("SIGTERM")
+    with flag.not_computing():
+        with flag.not_computing():
+            clock.now += 100
+        clock.now += 100
+        assert flag.stuck_for() is None
+    clock.now += 10
+    assert flag.stuck_for() == pytest.approx(10)
+
+
+def test_dynamo_compiling_is_a_phase_the_watch_leaves_alone():
+    """The flag learns of compiling from dynamo's own start and end callbacks: during a compile (here a backend that
+    takes 600 s of the fake clock) nothing is stuck; after it, the step is timed again."""
+    import torch
+
+    clock = Clock()
+    flag = flag_after([0.1] * 5, clock)
+    flag.signalled("SIGTERM")
+    seen: list[float | None] = []
+
+    def slow_backend(gm, example_inputs):
+        clock.now += 600
+        seen.append(flag.stuck_for())
+        return gm.forward
+
+    torch._dynamo.reset()  # which also drops the callbacks registered before it
+    remove = flag.watch_compiles()
+    try:
+        torch.compile(lambda x: x * 2 + 1, backend=slow_backend)(torch.ones(3))
+    finally:
+        remove()
+    assert seen == [None]
+    assert flag.stuck_for() is None
+    clock.now += 10
+    assert flag.stuck_for() == pytest.approx(10)

@@ -9,7 +9,10 @@ wait its whole shutdown timeout (the pod's grace period) before it kills it, and
 group that much later. So once SIGTERM came, a step that has not ended after STUCK_STEP_FACTOR times the longest of
 the recent steps (at least STUCK_MIN_SECONDS) ends the process at once, with the same exit code and no checkpoint:
 none could be written without that peer. A checkpoint being written is never cut short, and nothing happens outside
-the training loop (start-up, the final evaluation)."""
+the training loop (start-up, the final evaluation). Only a step that computes is timed: a torchft quorum (waiting on
+the other groups, a heal from one; it has a timeout of its own) and torch.compile compiling a graph (the first step,
+a guard that failed: minutes, with no peer involved) are phases the watch leaves alone, and its wait starts again
+where such a phase ends."""
 
 from __future__ import annotations
 
@@ -45,12 +48,37 @@ class PreemptionFlag:
         self.stepping = False  # inside the training loop
         self.saving = 0  # checkpoints being written (nested)
         self.last_step_end: float | None = None
+        self.waiting = 0  # phases of a step that do not compute (not_computing), nested
+        self.computing_since: float | None = None  # when the last such phase ended
         self.recent: deque[float] = deque(maxlen=RECENT_STEPS)
 
     def install(self) -> PreemptionFlag:
         signal.signal(signal.SIGTERM, self._handle)
         self._watch_signals()
+        self.watch_compiles()
         return self
+
+    def watch_compiles(self) -> Callable[[], None]:
+        """Dynamo's compile start and end callbacks (run on the thread that compiles, around every graph it
+        compiles, backward included) make compiling a not_computing phase. Returns what removes them."""
+        from torch._dynamo.callback import callback_handler
+
+        phase = self.not_computing()
+
+        def start(_args: object) -> None:
+            phase.__enter__()
+
+        def end(_args: object) -> None:
+            phase.__exit__(None, None, None)
+
+        callback_handler.register_start_callback(start)
+        callback_handler.register_end_callback(end)
+
+        def remove() -> None:
+            callback_handler.remove_start_callback(start)
+            callback_handler.remove_end_callback(end)
+
+        return remove
 
     def _handle(self, signum, frame) -> None:
         self.signalled(signal.Signals(signum).name)
@@ -113,17 +141,36 @@ class PreemptionFlag:
         finally:
             self.saving -= 1
 
+    def not_computing(self) -> _Phase:
+        """A phase of a step that the watch does not time (a quorum, a compile)."""
+        return _Phase(self)
+
     def stuck_limit(self) -> float:
         return max(STUCK_MIN_SECONDS, STUCK_STEP_FACTOR * max(self.recent, default=0.0))
 
     def stuck_for(self) -> float | None:
         """After SIGTERM, inside the training loop and writing no checkpoint: how long the step in progress has
-        run past its limit's start (the signal, or the last step's end if later); None while it may go on."""
-        if self.signalled_at is None or not self.stepping or self.saving:
+        run past its limit's start (the signal, the last step's end or the last phase not computing's end, whichever
+        is latest); None while it may go on, or waits or compiles."""
+        if self.signalled_at is None or not self.stepping or self.saving or self.waiting:
             return None
-        since = max(self.signalled_at, self.last_step_end or self.signalled_at)
+        since = max(self.signalled_at, self.last_step_end or self.signalled_at, self.computing_since or 0.0)
         waited = self.clock() - since
         return waited if waited >= self.stuck_limit() else None
+
+
+class _Phase:
+    """A context manager (re-entered by dynamo's callbacks, so a class rather than a generator's)."""
+
+    def __init__(self, flag: PreemptionFlag):
+        self.flag = flag
+
+    def __enter__(self) -> None:
+        self.flag.waiting += 1
+
+    def __exit__(self, *_exc: object) -> None:
+        self.flag.waiting -= 1
+        self.flag.computing_since = self.flag.clock()
 
 
 @dataclass(frozen=True)

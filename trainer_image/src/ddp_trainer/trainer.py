@@ -390,8 +390,11 @@ class Trainer:
         again: tuple[torch.Tensor, torch.Tensor] | None = None  # torchft: the batch of a step not committed
         self.preemption.loop_started()
         while self.step < cfg.train.steps:
-            if self.replicas is not None and self.replicas.start_step():  # healed: the data goes on at its step
-                batches, again = iter(self.data_loader()), None
+            if self.replicas is not None:
+                with self.preemption.not_computing():  # the quorum (and a heal): its own timeout, not the watch's
+                    healed = self.replicas.start_step()
+                if healed:  # the data goes on at its step
+                    batches, again = iter(self.data_loader()), None
             started = time.monotonic()
             t0 = self.phases.mark()
             inputs, targets = again if again is not None else self._next_batch(batches)
