@@ -136,6 +136,8 @@ class Trainer:
         self.metrics.total_steps.set(cfg.train.steps)
         self.metrics.set_restarts(env.restart_count)
         self.preemption = PreemptionFlag().install()
+        if self.compiled:
+            self.preemption.watch_compiles()  # the stuck-step watch leaves compiling alone
         self.vote = StepVote(self.preemption)
         self.asked_to_save = False  # rank 0 cast a vote for a checkpoint by time that has not been written yet
         self.saved_after_ballot = 0  # ballots the vote had cast when the last checkpoint was written
