@@ -1,5 +1,5 @@
 """One command for the GPU figures: throughput of each workload through the harness, GPT MFU against a given
-peak, and the harness's overhead against a hand-written minimal DDP loop on the same model, batch and
+peak, and the harness's overhead against a nanoGPT-style loop (nanogpt_loop.py) on the same model, batch and
 precision. Runs on CPU too (tiny sizes), and under torchrun for world size > 1 (rank 0 writes the JSON).
 
     python -m ddp_trainer.bench_gpu --out bench.json --preset small --peak-tflops 989
@@ -18,12 +18,11 @@ from typing import cast
 
 import torch
 import torch.distributed as dist
-from torch.nn.parallel import DistributedDataParallel as DDP
 
 from .config import parse_config
-from .ddp_model import autocast_context, make_optimizer
 from .device_options import peak_tflops
 from .distributed_env import DistEnv, choose_backend, choose_device, init_process_group
+from .nanogpt_loop import NanoGptLoop
 from .progress_log import Identity
 from .trainer import Trainer
 from .workloads import IndexableTensors, build_workload
@@ -109,37 +108,17 @@ def harness_throughput(trainer: Trainer, steps: int, device: torch.device) -> fl
 
 
 def baseline_throughput(trainer: Trainer, steps: int, device: torch.device, compile_model: bool) -> float:
-    """A minimal hand-written loop on a fresh copy of the same workload: DDP, AdamW, autocast, and the harness's
-    own data pipeline (its sampler and DataLoader), timed the way harness_throughput is: from the start of a fresh
-    DataLoader iterator to the last step done. (Before, this loop indexed random batches and started its timer after
-    its set-up, while the harness's timer included its DataLoader's start: the overhead read high.) Its own model:
-    two DDPs on one set of parameters would both hook the gradients."""
-    cfg = trainer.cfg
-    workload = build_workload(cfg)
-    model = DDP(workload.model.to(device), device_ids=[device.index] if device.type == "cuda" else None)
-    step_fn = torch.compile(model) if compile_model else model
-    optimizer = make_optimizer(model, cfg.train)
-
-    def run(count: int) -> None:
-        batches = iter(trainer.data_loader())
-        for _ in range(count):
-            try:
-                x, y = next(batches)
-            except StopIteration:  # an epoch ended: the harness starts the next one the same way
-                batches = iter(trainer.data_loader())
-                x, y = next(batches)
-            x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
-            with autocast_context(device, cfg.ddp.autocast):
-                out = step_fn(x)
-            workload.sample_losses(out, y).mean().backward()
-            optimizer.step()
-            optimizer.zero_grad(set_to_none=True)
-
-    run(3)
+    """The nanoGPT-style loop (nanogpt_loop.py) on a fresh copy of the same workload's model and batch, compiled when
+    the harness is: what the harness costs against a loop with no harness at all. Timed as harness_throughput is,
+    after three steps of its own (so the compile is outside the figure, as the harness's warm-up puts it)."""
+    workload = build_workload(trainer.cfg)
+    data = cast(IndexableTensors, workload.train_set)
+    loop = NanoGptLoop(workload.model, data.inputs, data.targets, trainer.rank_batch, device, compile_model)
+    loop.run(3)
     sync(device)
     dist.barrier()
     started = time.perf_counter()
-    run(steps)
+    loop.run(steps)
     sync(device)
     return trainer.global_batch * steps / (time.perf_counter() - started)
 
@@ -174,6 +153,7 @@ def bench_workload(name: str, args, env: DistEnv, device: torch.device) -> dict:
     peak = peak_tflops(torch.cuda.get_device_name(device), args.peak_tflops) if device.type == "cuda" else None
     if peak and trainer.workload.flops_per_sample:
         result["mfu"] = h * trainer.workload.flops_per_sample / env.world_size / (peak * 1e12)
+        result["baseline_mfu"] = b * trainer.workload.flops_per_sample / env.world_size / (peak * 1e12)
         result["peak_tflops"] = peak
         result["peak_memory_bytes"] = torch.cuda.max_memory_allocated(device)
     return result
