@@ -42,6 +42,7 @@ from .preemption import PreemptionFlag, StepVote
 from .progress_log import Identity, done_line, emit, progress_line, resumed_line, sized_line, warn
 from .resume_checks import RunShape, check_keys, check_resumable, check_shapes, state_keys, state_shapes
 from .rng_state import capture_rng, rank_seed, restore_rng, seed_everything
+from .sample_windows import SampleWindows
 from .storage_retry import describe
 from .workloads import Workload, build_workload
 
@@ -145,7 +146,8 @@ class Trainer:
         self.last_checkpoint_step, self.last_checkpoint_time = -1, time.monotonic()
         self.checkpoint_load_seconds = 0.0
         self.last_loss = float("nan")
-        self.throughput = 0.0  # samples/s over the last log window's steps that did not compile
+        # The samples each log window counts and rates: those this process trained (not a heal's, nor a compile's)
+        self.windows = SampleWindows()
         # DDP's static_graph records the graph on the first backward and asserts if that one ran under no_sync.
         self.graph_recorded = not cfg.ddp.static_graph
 
@@ -384,8 +386,8 @@ class Trainer:
         cfg = self.cfg
         loader = self.data_loader()
         batches = iter(loader)
-        window_steps, self.window_samples = 0, self.samples
-        self.rate_start, self.rate_samples = time.monotonic(), self.samples  # the throughput's: no compiling step
+        window_steps = 0
+        self.windows.start(self.samples, time.monotonic())
         loss_sum = torch.zeros((), device=self.device)
         self.metrics.count_samples(0, self.samples)
         self.metrics.step.set(self.step)
@@ -393,9 +395,11 @@ class Trainer:
         self.preemption.loop_started()
         while self.step < cfg.train.steps:
             if self.replicas is not None:
+                before = self.samples
                 with self.preemption.not_computing():  # the quorum (and a heal): its own timeout, not the watch's
                     healed = self.replicas.start_step()
-                if healed:  # the data goes on at its step
+                if healed:  # the data goes on at its step; the steps it skipped were a peer's work
+                    self.windows.received(self.samples - before)
                     batches, again = iter(self.data_loader()), None
             started = time.monotonic()
             t0 = self.phases.mark()
@@ -421,13 +425,13 @@ class Trainer:
             self.preemption.step_ended()
             self.phases.step((t0, t1, t2, t3))
             if self.compile_watch is not None and self.compile_watch.compiled_in_step(self.step, started):
-                self.rate_start, self.rate_samples = time.monotonic(), self.samples
+                self.windows.restart_rate(self.samples, time.monotonic())
             if self.step % cfg.log.every_steps == 0 or self.step == cfg.train.steps:
                 self._report(loss_sum, window_steps, lr)
                 self.phases.window_done()
                 loss_sum.zero_()
-                window_steps, self.window_samples = 0, self.samples
-                self.rate_start, self.rate_samples = time.monotonic(), self.samples
+                window_steps = 0
+                self.windows.start(self.samples, time.monotonic())
             if isinstance(self.store, DcpStore):
                 self._checkpoint_in_place(self.store.poll())
             verdict = self.vote.step(ask_to_save=self._time_to_save())
@@ -548,12 +552,10 @@ class Trainer:
         loss = self.last_loss = packed.item() / (self.group_batch * steps)
         m = self.metrics
         m.step.set(self.step)
-        m.count_samples(self.samples - self.window_samples, self.samples)  # under torchft: the committed samples
+        m.count_samples(self.windows.counted(self.samples), self.samples)  # under torchft: the committed samples
         # The throughput leaves out a step that compiled (compile_watch.py); a window that was all compiling keeps
         # the last figure.
-        seconds = time.monotonic() - self.rate_start
-        rated = self.samples - self.rate_samples
-        throughput = self.throughput = rated / max(seconds, 1e-9) if rated > 0 else self.throughput
+        throughput = self.windows.rate(self.samples, time.monotonic())
         m.samples_per_second.set(throughput)
         if self.workload.tokens_per_sample > 0:
             m.tokens_per_second.set(throughput * self.workload.tokens_per_sample)
