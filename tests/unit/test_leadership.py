@@ -57,11 +57,39 @@ def test_a_cache_is_fresh_only_while_every_stream_it_knows_has_listed():
     assert not states.fresh() and states.stale() == ["ddpjobs in ns"], "one stream still listing"
     states.listed(jobs)
     assert states.fresh()
-    states.stopped(pods)  # kopf paused a standby: its indexes stop changing from here on
+    states.stopped(pods, listed=True)  # kopf paused a standby: its indexes stop changing from here on
     assert not states.fresh() and states.stale() == ["pods in ns"]
     states.started(pods)  # the lead taken: kopf resumes, the stream lists again
     assert not states.fresh(), "planning now would read the frozen indexes of the pause"
     states.listed(pods)
+    assert states.fresh()
+
+
+@pytest.mark.parametrize("order", ["stream first", "watcher first"])
+def test_a_namespace_no_longer_watched_leaves_nothing_stale(order):
+    from ddpjob_operator.controller.relist import ListingStates
+
+    states, key = ListingStates(), ("pods", "gone")
+    states.started(key)
+    states.listed(key)
+    if order == "stream first":
+        states.stopped(key, listed=True)
+        states.ended(key)
+    else:  # the stream's generator finalized by the event loop after its watcher ended
+        states.ended(key)
+        states.stopped(key, listed=True)
+    assert states.fresh()
+
+
+def test_two_watchers_of_one_resource_each_count():
+    from ddpjob_operator.controller.relist import ListingStates
+
+    states, key = ListingStates(), ("namespaces", None)
+    states.started(key)
+    states.started(key)
+    states.listed(key)
+    assert not states.fresh(), "the second watcher's listing is not over"
+    states.listed(key)
     assert states.fresh()
 
 

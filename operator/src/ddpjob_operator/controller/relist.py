@@ -15,6 +15,7 @@ deletion."""
 from __future__ import annotations
 
 import logging
+from collections import Counter
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
@@ -67,33 +68,50 @@ class ListingTracker:
 
 
 class ListingStates:
-    """Where each watch stream stands: `listing` from the moment kopf (re)starts it (continuous_watch lists first),
-    `listed` once its listing is over, `stopped` when it ends (kopf paused a standby, or the stream failed and is
-    about to list again). A cache is fresh only while every stream it has known is `listed`: a standby's indexes
-    stop changing when kopf pauses it, and after a failover the new leader planned from them, frozen, until kopf's
-    relist ended (force-deletes decided from stale NotReady times). Pure: fed by the layer below."""
+    """Where the watch streams stand: a stream is `listing` from the moment kopf (re)starts it (continuous_watch
+    lists first), `listed` once its listing is over, `stopped` when it ends (kopf paused a standby, or the stream
+    failed and is about to list again) until it starts again or its watcher ends for good (a namespace no longer
+    watched). A cache is fresh only while no stream is listing or stopped: a standby's indexes stop changing when
+    kopf pauses it, and after a failover the new leader planned from them, frozen, until kopf's relist ended
+    (force-deletes decided from stale NotReady times). Counted per (resource, namespace): kopf's namespace observer
+    and our namespace index watch the same resource, each with streams of its own. Pure: fed by the layer below."""
 
     def __init__(self) -> None:
-        self.state: dict[tuple[str, str | None], str] = {}
+        self.listing: Counter[tuple[str, str | None]] = Counter()
+        self.stopped_: Counter[tuple[str, str | None]] = Counter()
+        self.ended_: Counter[tuple[str, str | None]] = Counter()
 
     def started(self, key: tuple[str, str | None]) -> None:
-        self.state[key] = "listing"
+        if self.stopped_[key] > 0:
+            self.stopped_[key] -= 1  # the same watcher's stream again (any of the key's: they are alike)
+        self.listing[key] += 1
 
     def listed(self, key: tuple[str, str | None]) -> None:
-        self.state[key] = "listed"
+        if self.listing[key] > 0:
+            self.listing[key] -= 1
 
-    def stopped(self, key: tuple[str, str | None]) -> None:
-        self.state[key] = "stopped"
+    def stopped(self, key: tuple[str, str | None], listed: bool) -> None:
+        if not listed:
+            self.listed(key)
+        if self.ended_[key] > 0:
+            self.ended_[key] -= 1  # its watcher ended first (the stream was finalized after it): gone for good
+        else:
+            self.stopped_[key] += 1
+
+    def ended(self, key: tuple[str, str | None]) -> None:
+        """The watcher itself ended (its namespace is no longer watched): its stopped stream counts no more, also
+        when the stream's own end is seen after this (an async generator closed later by the event loop)."""
+        if self.stopped_[key] > 0:
+            self.stopped_[key] -= 1
+        else:
+            self.ended_[key] += 1
 
     def fresh(self) -> bool:
-        return all(state == "listed" for state in self.state.values())
+        return not any(self.listing.values()) and not any(self.stopped_.values())
 
     def stale(self) -> list[str]:
-        return sorted(
-            f"{resource}{'' if ns is None else ' in ' + ns}"
-            for (resource, ns), st in self.state.items()
-            if st != "listed"
-        )
+        keys = {k for k, n in (self.listing + self.stopped_).items() if n > 0}
+        return sorted(f"{resource}{'' if ns is None else ' in ' + ns}" for resource, ns in keys)
 
 
 LISTINGS = ListingStates()  # the operator process's streams (leadership.py asks it before leading)
@@ -120,19 +138,30 @@ def install() -> None:
         # One call per (re)started stream: it lists, then watches (infinite_watch calls it by its module name).
         key = (str(kwargs.get("resource")), kwargs.get("namespace"))
         LISTINGS.started(key)
+        listed = False
         try:
             async for raw in original_stream(**kwargs):
-                if raw is watching.Bookmark.LISTED:
+                if raw is watching.Bookmark.LISTED and not listed:
+                    listed = True
                     LISTINGS.listed(key)
                 yield raw
         finally:
-            LISTINGS.stopped(key)
+            LISTINGS.stopped(key, listed)
 
     async def infinite_watch(**kwargs: Any) -> AsyncIterator[Any]:
         # One tracker per watcher, for its whole life (every reconnect and relist of its stream): two watchers of
         # one resource (kopf's namespace observer and our namespace index) list at their own times.
         tracker = ListingTracker()
-        async for raw in original(**kwargs):
+        try:
+            async for raw in _relisted(tracker, original(**kwargs), kwargs):
+                yield raw
+        finally:
+            LISTINGS.ended((str(kwargs.get("resource")), kwargs.get("namespace")))
+
+    async def _relisted(
+        tracker: ListingTracker, stream: AsyncIterator[Any], kwargs: dict[str, Any]
+    ) -> AsyncIterator[Any]:
+        async for raw in stream:
             if raw is watching.Bookmark.LISTED:
                 ghosts = tracker.listing_over()
                 if ghosts:
