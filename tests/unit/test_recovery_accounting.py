@@ -190,3 +190,18 @@ def test_the_last_groups_lost_while_one_is_replaced_are_one_recreation_charged_o
     pods[0]["metadata"]["uid"] = "pod-0-new"
     status = plan_reconcile(observe(job.build(), pods), SETTINGS).status
     assert (status["phase"], status["attempt"], status["restarts"]) == ("Restarting", 1, 1), status
+
+
+# --- a rebooted node's pod: the kubelet could not locate its container --------------------------------------------
+def test_a_container_the_kubelet_could_not_locate_is_the_nodes_loss_not_the_trainers():
+    from ddpjob_operator.recovery import failures
+
+    pod = make_pod("a", 1).failed(exit_code=137, reason="ContainerStatusUnknown",
+                                  message="The container could not be located when the pod was terminated").build()
+    failure = failures.classify_pod_failure(pod, {}, NOW, 30)
+    assert (failure.kind, failure.reason) == (failures.NODE_LOST, "ContainerStatusUnknown"), failure
+    job = in_place(make_job("a").replicas(3).backoff_limit(0)).running()
+    status = plan_reconcile(dataclasses.replace(observe(job.build(), [make_pod("a", 0).build(), pod,
+                                                                       make_pod("a", 2).build()]), owners_live=True),
+                            SETTINGS).status
+    assert (status["phase"], status.get("restarts", 0), status["platformRestarts"]) == ("Running", 0, 1), status

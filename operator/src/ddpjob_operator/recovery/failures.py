@@ -23,6 +23,8 @@ RENDEZVOUS = "RendezvousTimeout"
 UNKNOWN = "Unknown"
 
 MESSAGE_LIMIT = 1024
+# The kubelet's reason for a container it could not locate (kubelet's status manager): a rebooted node's.
+CONTAINER_STATUS_UNKNOWN = "ContainerStatusUnknown"
 
 
 @dataclass(frozen=True)
@@ -171,6 +173,17 @@ def _terminated_failure(pod: dict[str, Any], now: datetime) -> Failure:
     if terminated is None:
         return Failure(
             pod=name, kind=UNKNOWN, reason=status.get("reason", ""), message=_trim(status.get("message", "")), at=now
+        )
+    if terminated.get("reason") == CONTAINER_STATUS_UNKNOWN:
+        # The kubelet found no trace of the container (its runtime's state went with a node reboot, or the node was
+        # replaced): whatever the code it fills in (137), nothing says the trainer ended it. The node's, as a loss.
+        node = pod.get("spec", {}).get("nodeName", "")
+        return Failure(
+            pod=name,
+            kind=NODE_LOST,
+            reason=CONTAINER_STATUS_UNKNOWN,
+            message=_trim(terminated.get("message") or f"the container vanished from node {node}"),
+            at=parse_time(terminated.get("finishedAt")) or now,
         )
     code = terminated.get("exitCode")
     message = terminated.get("message", "")
