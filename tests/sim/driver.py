@@ -95,7 +95,6 @@ def run_seed(seed: int, steps: int) -> Outcome:
     config = random_config(rng)
     world = World(config)
     events: list[Event] = []
-    after_end = 0
     for n in range(1, steps + 1):
         event = random_event(rng, config)
         events.append(event)
@@ -104,10 +103,18 @@ def run_seed(seed: int, steps: int) -> Outcome:
         if problem is not None:
             return Outcome(config, events, n, problem, world)
         if world.job is None or world.status.get("phase") in ("Succeeded", "Failed"):
-            after_end += 1
-            if after_end > 30:  # the clean-up after the end was checked too: the run is over
-                break
+            # The job ended: time passes with the operator's passes, and the clean-up is checked too.
+            for drain in DRAIN:
+                events.append(drain)
+                world.apply(drain)
+                problem = broken(world)
+                if problem is not None:
+                    return Outcome(config, events, len(events), problem, world)
+            break
     return Outcome(config, events, len(events), None, world)
+
+
+DRAIN: list[Event] = [e for _ in range(15) for e in (("tick", 31), ("reconcile",))]
 
 
 def _same_failure(config: Config, events: list[Event], problem: str) -> bool:

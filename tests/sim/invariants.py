@@ -89,6 +89,22 @@ def recoveries_closed_at_the_end(world: World) -> str | None:
     return f"the job ended with recoveries {open_} still open" if open_ else None
 
 
+# Long enough after the end for the force-delete of a pod on a lost node (PlannerSettings: 300 s), with passes.
+CLEAN_UP_SECONDS = 400
+
+
+def nothing_left_running_after_the_end(world: World) -> str | None:
+    """cleanPodPolicy Running (the default): once the job has ended, its pods stop and their tracking finalizers
+    go; none is left running or holding the job's finalizer."""
+    ended = world.truth.ended_at
+    if ended is None or world.truth.passes_since_end < 3 or (world.now - ended).total_seconds() < CLEAN_UP_SECONDS:
+        return None
+    left = [p["metadata"]["name"] for p in world.pods.values()
+            if p["metadata"].get("finalizers") or (p["status"].get("phase") in ("Pending", "Running")
+                                                   and not p["metadata"].get("deletionTimestamp"))]
+    return f"{CLEAN_UP_SECONDS} s after the end, {left} still run or hold the tracking finalizer" if left else None
+
+
 INVARIANTS: list[Invariant] = [
     trainer_charged_only_for_its_own,
     platform_charged_only_for_its_own,
@@ -99,6 +115,7 @@ INVARIANTS: list[Invariant] = [
     admitted_workload_kept_while_running,
     torchruns_limit_never_binds_first,
     recoveries_closed_at_the_end,
+    nothing_left_running_after_the_end,
 ]
 
 

@@ -70,3 +70,12 @@ def test_hypothesis_finds_no_broken_promise(config, sequence):
     # Reconciles between the faults, as the operator's wake-ups give them.
     out = run(config, [*START, *[e for ev in sequence for e in (ev, ("reconcile",))]])
     assert out.problem is None, story(out)
+
+
+def test_the_simulation_finds_a_job_that_leaves_its_pods_behind(monkeypatch):
+    """A planner whose terminal step cleans up nothing: the clean-up invariant must say so."""
+    from ddpjob_operator import planner
+
+    monkeypatch.setattr(planner, "_finish", lambda obs, spec, status, pods, plan: None)
+    out = run_seed(0, 400)
+    assert out.problem is not None and out.problem.startswith("nothing_left_running_after_the_end"), out.problem

@@ -99,6 +99,8 @@ class Truth:
     workloads_replaced_while_running: list[str] = field(default_factory=list)
     agent_gave_up: list[str] = field(default_factory=list)  # a pod ended by torchrun's own limit
     plans: int = 0
+    ended_at: datetime | None = None  # when the job's status first showed it terminal
+    passes_since_end: int = 0
 
     def count(self, klass: str) -> int:
         return sum(1 for i in self.incidents if i.klass == klass)
@@ -237,6 +239,9 @@ class World:
         obs = self.observe()
         plan = plan_reconcile(obs, self.settings)
         self.truth.plans += 1
+        if self.status.get("phase") in ("Succeeded", "Failed"):
+            self.truth.ended_at = self.truth.ended_at or self.now
+            self.truth.passes_since_end += 1
         self._check_plan(obs, plan)
         self._apply_plan(obs, plan)
 
